@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages ctrain's builds and tests use. Run as root (or with sudo).
+# Skips apt entirely when everything is already present, so warm runs cost nothing.
+set -euo pipefail
+
+packages=(
+    slurm-wlm munge                         # one-node Slurm for the real job tests
+    openmpi-bin libopenmpi-dev              # mpirun and headers for Horovod's MPI controller
+    cmake g++ make git                      # Horovod's source build
+    docker.io docker-registry               # the Docker runtime and a local registry on 127.0.0.1
+    debootstrap e2fsprogs squashfs-tools    # local base images, ext3 overlays, squashfs
+    shellcheck procps iproute2 python3-venv
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "system-packages: all present"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "system-packages: missing ${missing[*]}. Fix: run as root: sudo scripts/system-packages.sh" >&2
+    exit 1
+fi
+echo "system-packages: installing ${missing[*]}"
+apt-get update -q
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,3 @@
+from ctrain.cli import main
+
+main()

@@ -1,0 +1,4 @@
+import click
+
+def main() -> None:
+    pass
