@@ -1,0 +1,247 @@
+"""The training-script API: one script, any mode.
+
+    import ctrain.distributed
+    ctx = ctrain.distributed.init()
+    with ctx.scope():
+        model = build_model()
+        model.compile(optimizer=ctx.optimizer(SGD(ctx.scale_lr(0.01))), ...)
+    model.fit(ctx.shard(dataset).batch(ctx.batch_size(32)), callbacks=ctx.callbacks(),
+              verbose=ctx.verbose)
+    if ctx.is_chief: model.save(...)
+
+Under ``ctrain launch`` the mode and ranks come from the CTRAIN_* variables it set; run directly
+(``python train.py``, ``srun python train.py``) the same plan is made here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctrain.errors import LaunchError
+from ctrain.jobenv import JobEnv
+from ctrain.modes import Mode
+from ctrain.plan import LaunchOptions, make_plan
+from ctrain.settings import resolve
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What ``ctrain launch`` told this process."""
+
+    mode: Mode
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    collective: str
+    collective_timeout: int
+
+
+def placement_from(environ: Mapping[str, str]) -> Placement | None:
+    """The launch's decisions from CTRAIN_* variables, or None when not launched by ctrain."""
+    if "CTRAIN_LAUNCH_MODE" not in environ:
+        return None
+    try:
+        return Placement(
+            Mode(environ["CTRAIN_LAUNCH_MODE"]),
+            int(environ["CTRAIN_RANK"]),
+            int(environ["CTRAIN_WORLD_SIZE"]),
+            int(environ["CTRAIN_LOCAL_RANK"]),
+            int(environ["CTRAIN_LOCAL_SIZE"]),
+            environ.get("CTRAIN_COLLECTIVE", "ring"),
+            int(environ.get("CTRAIN_COLLECTIVE_TIMEOUT", "600")),
+        )
+    except (KeyError, ValueError) as exc:
+        raise LaunchError(
+            f"incomplete or malformed CTRAIN_* launch variables ({exc})",
+            "start the script with ctrain launch, or unset CTRAIN_LAUNCH_MODE",
+        ) from exc
+
+
+def prepare_environ(environ: MutableMapping[str, str]) -> Placement:
+    """Make the launch plan here when the script was started without ``ctrain launch``."""
+    found = placement_from(environ)
+    if found is not None:
+        return found
+    job = JobEnv.from_environ(environ, socket.gethostname())
+    from ctrain.launch import visible_gpus
+
+    options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))
+    plan = make_plan(job, options, environ, visible_gpus(job, environ))
+    for name in plan.env_unset:
+        environ.pop(name, None)
+    environ.update(plan.env_set)
+    placed = placement_from(environ)
+    assert placed is not None
+    return placed
+
+
+@dataclass
+class Context:
+    """This process's part in the training: mode, ranks, strategy and chief-only duties."""
+
+    placement: Placement
+    strategy: Any  # tf.distribute.Strategy, or None under Horovod
+    hvd: Any = None  # horovod.tensorflow.keras under Horovod
+    _scratch: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> Mode:
+        return self.placement.mode
+
+    @property
+    def rank(self) -> int:
+        return self.placement.rank
+
+    @property
+    def size(self) -> int:
+        return self.placement.size
+
+    @property
+    def local_rank(self) -> int:
+        return self.placement.local_rank
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def verbose(self) -> int:
+        """Keras ``verbose`` for fit/evaluate: progress on the chief only."""
+        return 1 if self.is_chief else 0
+
+    @property
+    def replicas(self) -> int:
+        """Model replicas taking part in one step, over all processes."""
+        if self.strategy is None:
+            return self.size
+        return int(self.strategy.num_replicas_in_sync)
+
+    def scale_lr(self, lr: float) -> float:
+        """The learning rate scaled linearly with the number of replicas."""
+        return lr * self.replicas
+
+    def global_batch(self, per_replica: int) -> int:
+        """Examples in one step over all replicas."""
+        return per_replica * self.replicas
+
+    def batch_size(self, per_replica: int) -> int:
+        """What to give ``dataset.batch`` in this process: TF strategies split a global batch,
+        Horovod ranks each batch their own."""
+        return per_replica if self.strategy is None else self.global_batch(per_replica)
+
+    def scope(self) -> contextlib.AbstractContextManager[Any]:
+        """Create the model and optimizer inside this."""
+        return contextlib.nullcontext() if self.strategy is None else self.strategy.scope()
+
+    def optimizer(self, opt: Any) -> Any:
+        """Horovod's DistributedOptimizer under Horovod; ``opt`` itself otherwise."""
+        return opt if self.hvd is None else self.hvd.DistributedOptimizer(opt)
+
+    def shard(self, dataset: Any) -> Any:
+        """Each process's share of ``dataset``; shard before shuffling and batching."""
+        import tensorflow as tf
+
+        if self.mode is Mode.MULTIWORKER:
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = (
+                tf.data.experimental.AutoShardPolicy.OFF
+            )
+            dataset = dataset.with_options(options)
+        if self.size > 1:
+            return dataset.shard(self.size, self.rank)
+        return dataset
+
+    def callbacks(self, warmup_epochs: float = 0.0, verbose: bool = False) -> list[Any]:
+        """Broadcast of initial weights and metric averaging under Horovod, plus a
+        learning-rate warm-up from lr/replicas to lr over ``warmup_epochs``."""
+        from ctrain import callbacks
+
+        found: list[Any] = []
+        if self.hvd is not None:
+            found += [callbacks.BroadcastInitialWeights(self.hvd), callbacks.AverageMetrics(self.hvd)]
+        if warmup_epochs > 0 and self.replicas > 1:
+            found.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
+        return found
+
+    def checkpoint_dir(self, path: str | os.PathLike[str]) -> Path:
+        """``path`` on the chief; a private temporary directory, removed at exit, elsewhere
+        (MultiWorkerMirroredStrategy needs every worker to write)."""
+        if self.is_chief:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            return Path(path)
+        scratch = tempfile.mkdtemp(prefix=f"ctrain-rank{self.rank}-")
+        self._scratch.append(scratch)
+        atexit.register(shutil.rmtree, scratch, True)
+        return Path(scratch)
+
+
+def _tf_strategy(placed: Placement) -> Any:
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        with contextlib.suppress(RuntimeError):
+            tf.config.experimental.set_memory_growth(gpu, True)
+    if placed.mode is Mode.SINGLE:
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    if placed.mode is Mode.MIRRORED:
+        if placed.collective == "nccl" and gpus:
+            return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce())
+        return tf.distribute.MirroredStrategy(
+            cross_device_ops=tf.distribute.HierarchicalCopyAllReduce()
+            if gpus
+            else tf.distribute.ReductionToOneDevice()
+        )
+    implementation = {
+        "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    }.get(placed.collective, tf.distribute.experimental.CommunicationImplementation.AUTO)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=placed.collective_timeout
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def _horovod(placed: Placement, environ: Mapping[str, str]) -> Any:
+    try:
+        import horovod.tensorflow.keras as hvd
+    except ImportError as exc:
+        raise LaunchError(
+            f"Horovod mode but horovod.tensorflow.keras cannot be imported ({exc})",
+            "use an image with Horovod, or `make install` (builds it against TensorFlow)",
+        ) from exc
+    gloo = "HOROVOD_GLOO_RENDEZVOUS_ADDR" in environ or environ.get("HOROVOD_CONTROLLER") == "gloo"
+    if not (hvd.gloo_built() if gloo else hvd.mpi_built()):
+        controller = "Gloo" if gloo else "MPI"
+        raise LaunchError(
+            f"Horovod was built without the {controller} controller this launch needs",
+            f"rebuild Horovod with HOROVOD_WITH_{controller.upper()}=1",
+        )
+    hvd.init()
+    if (hvd.rank(), hvd.size()) != (placed.rank, placed.size):
+        raise LaunchError(
+            f"Horovod says rank {hvd.rank()} of {hvd.size()}, the launch said "
+            f"{placed.rank} of {placed.size}",
+            "start Horovod ranks with srun --mpi=pmix, mpirun or horovodrun, not plain srun",
+        )
+    return hvd
+
+
+def init(environ: MutableMapping[str, str] | None = None) -> Context:
+    """Set up this process for its mode and return its training context."""
+    env = os.environ if environ is None else environ
+    placed = prepare_environ(env)
+    if placed.mode is Mode.HOROVOD:
+        return Context(placed, strategy=None, hvd=_horovod(placed, env))
+    return Context(placed, strategy=_tf_strategy(placed))
+

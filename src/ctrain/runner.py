@@ -1,0 +1,65 @@
+"""The only module that starts processes: run and capture, check, or replace this process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from ctrain.errors import ExternalToolError
+
+
+def which(program: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Full path of ``program`` on ``PATH`` (of ``environ`` when given), or None."""
+    path = None if environ is None else environ.get("PATH", os.defpath)
+    return shutil.which(program, path=path)
+
+
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to completion, capturing text output. A missing program is an error."""
+    try:
+        return subprocess.run(
+            list(argv),
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ExternalToolError(
+            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ExternalToolError(
+            f"{' '.join(argv)} did not finish within {timeout} s", "check that it is not hanging"
+        ) from exc
+
+
+def check(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60) -> str:
+    """Run ``argv`` and return its stdout; a non-zero exit is an error carrying its stderr."""
+    done = run(argv, env, timeout)
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        last = detail[-1] if detail else f"exit code {done.returncode}"
+        raise ExternalToolError(f"{argv[0]} failed: {last}", f"run it by hand: {' '.join(argv)}")
+    return done.stdout
+
+
+def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Replace this process with ``argv`` (same pid, so Slurm's signals reach it)."""
+    if not argv:
+        raise ExternalToolError("no command to run", "give the command after --")
+    program = argv[0]
+    if os.sep not in program and which(program, env) is None:
+        raise ExternalToolError(f"{program} not found on PATH", "install it or give its full path")
+    try:
+        os.execvpe(program, list(argv), dict(env))
+    except OSError as exc:
+        raise ExternalToolError(f"cannot run {program}: {exc.strerror}", "check the command") from exc

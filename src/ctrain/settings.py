@@ -1,0 +1,197 @@
+"""Every setting in one table, and its one precedence: flag > CTRAIN_* env > config file > default.
+
+Config files are TOML with top-level keys named as the settings: ``./ctrain.toml`` first, then
+``$XDG_CONFIG_HOME/ctrain/config.toml`` (``~/.config`` when XDG_CONFIG_HOME is unset).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctrain.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Value = str | int | bool | tuple[str, ...] | None
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ValueError("must be a positive integer")
+    return int(text)
+
+
+def _flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _words(text: str) -> tuple[str, ...]:
+    """A list from an environment string: comma-separated, empty items dropped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _text(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Value
+    help: str
+    parse: Callable[[str], Value]
+
+    @property
+    def env(self) -> str:
+        return "CTRAIN_" + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "mode",
+        "auto",
+        "distributed mode",
+        _choice("auto", "single", "mirrored", "multiworker", "horovod"),
+    ),
+    Setting(
+        "collective", "auto", "collective implementation for TF modes", _choice("auto", "nccl", "ring")
+    ),
+    Setting("collective_timeout", 600, "seconds before a stalled collective fails", _positive_int),
+    Setting("port_base", 20000, "lowest port ctrain derives worker ports from", _positive_int),
+    Setting(
+        "runtime",
+        "auto",
+        "container runtime",
+        _choice("auto", "apptainer", "singularity", "docker", "podman", "host"),
+    ),
+    Setting("image", "docker://ghcr.io/ctrain/ctrain:0.1.0-gpu", "default image reference", _text),
+    Setting("cache_dir", None, "image cache and temporary directory (not under $HOME)", _text),
+    Setting("binds", (), "bind paths SRC[:DST[:ro|rw]], comma-separated", _words),
+    Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
+    Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
+    Setting("quiet", False, "no banner from rank 0", _flag),
+)
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: Value
+    source: str  # "flag", "env CTRAIN_X", "file PATH:LINE" or "default"
+
+
+def config_files(environ: Mapping[str, str], cwd: Path) -> list[Path]:
+    """Config files in precedence order, the first one winning."""
+    xdg = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")) / ".config")
+    return [cwd / "ctrain.toml", Path(xdg) / "ctrain" / "config.toml"]
+
+
+def _line_of(text: str, key: str) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    return 1
+
+
+def _from_toml(setting: Setting, raw: object) -> Value:
+    if isinstance(setting.default, bool) or setting.parse is _flag:
+        if not isinstance(raw, bool):
+            raise ValueError("must be true or false")
+        return raw
+    if setting.parse is _words:
+        if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
+            raise ValueError("must be a list of strings")
+        return tuple(raw)
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        raise ValueError("must be a string or an integer")
+    return setting.parse(str(raw))
+
+
+def read_config(path: Path) -> dict[str, Resolved]:
+    """Settings from one TOML file; a malformed file or value names the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", "fix or remove the file") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"line (\d+)", str(exc))
+        line = found.group(1) if found else "1"
+        raise ConfigError(
+            f"{path}:{line}: malformed TOML ({exc})", "write settings as key = value"
+        ) from exc
+    found_settings: dict[str, Resolved] = {}
+    for key, raw in data.items():
+        line = _line_of(text, key)
+        setting = BY_NAME.get(key)
+        if setting is None:
+            known = ", ".join(BY_NAME)
+            raise ConfigError(f"{path}:{line}: unknown setting {key!r}", f"use one of: {known}")
+        try:
+            value = _from_toml(setting, raw)
+        except ValueError as exc:
+            raise ConfigError(f"{path}:{line}: {key} {exc}", f"correct {key} in {path}") from exc
+        found_settings[key] = Resolved(value, f"file {path}:{line}")
+    return found_settings
+
+
+def resolve(
+    flags: Mapping[str, Value], environ: Mapping[str, str], cwd: Path
+) -> dict[str, Resolved]:
+    """The effective value of every setting and where it came from."""
+    from_files: dict[str, Resolved] = {}
+    for path in reversed(config_files(environ, cwd)):
+        from_files.update(read_config(path))
+    result: dict[str, Resolved] = {}
+    for setting in SETTINGS:
+        flag = flags.get(setting.name)
+        if flag is not None and flag != ():
+            result[setting.name] = Resolved(flag, "flag")
+        elif setting.env in environ:
+            try:
+                value = setting.parse(environ[setting.env])
+            except ValueError as exc:
+                raise ConfigError(
+                    f"{setting.env}={environ[setting.env]!r}: {exc}",
+                    f"correct or unset {setting.env}",
+                ) from exc
+            result[setting.name] = Resolved(value, f"env {setting.env}")
+        elif setting.name in from_files:
+            result[setting.name] = from_files[setting.name]
+        else:
+            result[setting.name] = Resolved(setting.default, "default")
+    return result
+
+
+def parse_flag(name: str, text: str | None) -> Value:
+    """Validate a flag value with its setting's parser; None means "not given"."""
+    if text is None:
+        return None
+    try:
+        return BY_NAME[name].parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"--{name.replace('_', '-')} {text!r}: {exc}", "correct the flag") from exc
