@@ -45,7 +45,6 @@ MAKEFLAGS="-j$(nproc)" \
 built=$(find "$work/out" -maxdepth 1 -name 'horovod-*.whl' | head -n 1)
 [ -n "$built" ] || { echo "horovod-wheel: the build produced no wheel" >&2; exit 1; }
 # Publish atomically: a build killed half-way never leaves a wheel in the cache.
-mv "$work/out" "$work/ready"
 mkdir -p "$cache"
 mv "$built" "$cache/.$(basename "$built").tmp"
 mv "$cache/.$(basename "$built").tmp" "$cache/$(basename "$built")"

@@ -114,3 +114,39 @@ def doctor(as_json: bool) -> None:
     click.echo(checks.render(results, as_json))
     if checks.failed(results):
         sys.exit(1)
+
+
+# Commands whose implementation has not landed yet. They exist so that scripts and --help show
+# the whole interface; running one fails with a clear line instead of doing half a job.
+PLANNED = {
+    "exec": "Run a command in an image through its entrypoint (apptainer, docker, host).",
+    "run": "Run an image's runscript.",
+    "shell": "Open a shell in an image.",
+    "pull": "Pull an image into the cache, atomically.",
+    "build": "Build the GPU or CPU image.",
+    "overlay": "Create and check ext3 overlays.",
+    "cache": "Inspect and clean the image cache.",
+    "job": "Render and submit sbatch job scripts.",
+    "data": "Fetch and import datasets for offline compute nodes.",
+    "bench": "Measure images/second and scaling efficiency.",
+}
+
+
+def _planned(name: str, summary: str) -> click.Command:
+    @click.command(
+        name,
+        help=f"{summary} (Not in this release yet.)",
+        context_settings={"ignore_unknown_options": True},
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        raise CtrainError(
+            f"`ctrain {name}` is not available in ctrain {__version__} yet",
+            "see README.md, section Status, for what works today",
+        )
+
+    return command
+
+
+for _name, _summary in PLANNED.items():
+    main.add_command(_planned(_name, _summary))

@@ -1,0 +1,196 @@
+"""Per-rank preparation: GPU pinning, ports, TF_CONFIG, proxies and the environment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctrain.errors import LaunchError
+from ctrain.jobenv import JobEnv
+from ctrain.modes import Mode
+from ctrain.plan import (
+    PORT_BLOCK,
+    PROXY_VARIABLES,
+    LaunchOptions,
+    child_environ,
+    make_plan,
+    pin_gpus,
+    port_block,
+    worker_hosts,
+    worker_ports,
+)
+
+
+def step(procid: int, localid: int, nodeid: int, **extra: str) -> dict[str, str]:
+    """Rank ``procid`` of a 4-task srun step over gpu-a[07-08], 2 tasks per node."""
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_ID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_JOB_NODELIST": "gpu-a[07-08]",
+        "SLURM_STEP_NODELIST": "gpu-a[07-08]",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NODEID": str(nodeid),
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("mode", "visible", "local_rank", "local_size", "expected"),
+    [
+        (Mode.MULTIWORKER, ("2", "3"), 1, 2, ("3",)),
+        (Mode.HOROVOD, ("0", "1", "2", "3", "4", "6"), 5, 6, ("6",)),
+        (Mode.HOROVOD, ("0", "1", "2", "3", "4", "6"), 0, 6, ("0",)),
+        (Mode.HOROVOD, ("GPU-aa", "GPU-bb"), 1, 2, ("GPU-bb",)),
+        # --gpus-per-task=1: each task sees its own single GPU, whatever its local rank
+        (Mode.MULTIWORKER, ("5",), 3, 4, ("5",)),
+        (Mode.HOROVOD, ("GPU-cc",), 1, 2, ("GPU-cc",)),
+        (Mode.MIRRORED, ("2", "3"), 0, 1, ("2", "3")),
+        (Mode.SINGLE, ("2", "3"), 0, 1, ("2",)),
+        (Mode.SINGLE, (), 0, 1, ()),
+        (Mode.HOROVOD, (), 1, 2, ()),
+    ],
+)
+def test_pin_gpus(
+    mode: Mode, visible: tuple[str, ...], local_rank: int, local_size: int, expected: tuple[str, ...]
+) -> None:
+    assert pin_gpus(mode, visible, local_rank, local_size) == expected
+
+
+def test_pin_gpus_refuses_too_few() -> None:
+    with pytest.raises(LaunchError, match="4 ranks on this node but only 2 GPUs") as caught:
+        pin_gpus(Mode.HOROVOD, ("0", "1"), 3, 4)
+    assert "--gpus-per-task" in caught.value.fix
+
+
+def test_worker_hosts_block_and_cyclic() -> None:
+    nodes = ("n2", "n10", "n3")
+    assert worker_hosts(nodes, (2, 1, 1), 4, "block") == ("n2", "n2", "n10", "n3")
+    assert worker_hosts(nodes, (2, 1, 1), 4, "cyclic") == ("n2", "n10", "n3", "n2")
+    with pytest.raises(LaunchError, match="do not add up"):
+        worker_hosts(nodes, (2, 1, 1), 5, "block")
+
+
+def test_ports_distinct_on_a_node_and_between_jobs() -> None:
+    hosts = ("a", "a", "b", "b")
+    ports = worker_ports(hosts, 20000, port_block("100", "0"))
+    assert ports[0] != ports[1] and ports[2] != ports[3]
+    assert all(20000 <= p < 32000 for p in ports)
+    other = worker_ports(hosts, 20000, port_block("101", "0"))
+    assert not set(ports) & set(other)
+    next_step = worker_ports(hosts, 20000, port_block("100", "1"))
+    assert not set(ports) & set(next_step)
+
+
+def test_consecutive_jobs_never_share_ports() -> None:
+    blocks = {port_block(str(job), "0") for job in range(1000, 1100)}
+    assert len(blocks) == 100
+
+
+def test_too_many_ranks_per_node() -> None:
+    with pytest.raises(LaunchError, match="per node"):
+        worker_ports(("a",) * (PORT_BLOCK + 1), 20000, 0)
+
+
+def test_multiworker_plan_for_every_rank() -> None:
+    plans = [
+        make_plan(JobEnv.from_environ(step(r, r % 2, r // 2), "x"), LaunchOptions(), {}, ())
+        for r in range(4)
+    ]
+    cluster = plans[0].tf_config["cluster"]["worker"]  # type: ignore[index]
+    base = 20000 + port_block("4242", "3") * PORT_BLOCK
+    assert cluster == [f"gpu-a07:{base}", f"gpu-a07:{base + 1}", f"gpu-a08:{base}", f"gpu-a08:{base + 1}"]
+    for rank, plan in enumerate(plans):
+        assert plan.mode is Mode.MULTIWORKER
+        assert plan.tf_config == {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": rank}}
+        assert json.loads(plan.env_set["TF_CONFIG"]) == plan.tf_config
+        assert plan.hosts == ("gpu-a07", "gpu-a08")
+
+
+def test_gpus_pinned_by_local_rank_from_slurm_visible_set() -> None:
+    env = step(3, 1, 1, CUDA_VISIBLE_DEVICES="2,3")
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ("2", "3"))
+    assert plan.gpus == ("3",)
+    assert plan.env_set["CUDA_VISIBLE_DEVICES"] == "3"
+    assert plan.collective == "nccl"
+
+
+def test_no_gpu_leaves_cuda_visible_devices_alone() -> None:
+    env = step(0, 0, 0)
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ())
+    assert "CUDA_VISIBLE_DEVICES" not in plan.env_set
+    assert plan.collective == "ring"
+
+
+def test_proxies_removed_and_no_proxy_covers_hosts() -> None:
+    proxies = {name: "http://proxy.example:3128" for name in PROXY_VARIABLES}
+    env = step(0, 0, 0, no_proxy="corp.example", **proxies)
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ())
+    child = child_environ(env, plan)
+    assert not any(name in child for name in PROXY_VARIABLES)
+    for name in ("no_proxy", "NO_PROXY", "no_grpc_proxy", "NO_GRPC_PROXY"):
+        assert child[name] == "corp.example,localhost,127.0.0.1,gpu-a07,gpu-a08"
+    kept = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(keep_proxies=True), env, ())
+    assert child_environ(env, kept)["https_proxy"] == "http://proxy.example:3128"
+
+
+def test_defaults_are_set_only_when_absent() -> None:
+    env = {"NCCL_DEBUG": "INFO", "CUDA_HOME": "/opt/cuda", "SLURM_CPUS_PER_TASK": "6"}
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ())
+    child = child_environ(env, plan)
+    assert child["NCCL_DEBUG"] == "INFO"
+    assert child["TF_USE_LEGACY_KERAS"] == "1"
+    assert child["PYTHONNOUSERSITE"] == "1"
+    assert child["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert child["XLA_FLAGS"] == "--xla_gpu_cuda_data_dir=/opt/cuda"
+    assert child["OMP_NUM_THREADS"] == "6"
+    assert "NCCL_DEBUG" not in plan.env_set
+
+
+def test_horovod_gets_stall_shutdown_from_collective_timeout() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(collective_timeout=90), env, ())
+    assert plan.mode is Mode.HOROVOD
+    assert plan.env_set["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "90"
+    assert plan.tf_config is None and plan.ports == ()
+
+
+def test_multiworker_under_mpirun_on_one_node_uses_this_host() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }
+    plan = make_plan(JobEnv.from_environ(env, "me"), LaunchOptions(mode="multiworker"), env, ())
+    assert [w.split(":")[0] for w in plan.tf_config["cluster"]["worker"]] == ["me", "me"]  # type: ignore[index]
+
+
+def test_multiworker_across_nodes_without_slurm_is_refused() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }
+    with pytest.raises(LaunchError, match="node list"):
+        make_plan(JobEnv.from_environ(env, "me"), LaunchOptions(mode="multiworker"), env, ())
+
+
+def test_explain_has_the_documented_keys() -> None:
+    env = step(1, 1, 0)
+    plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ())
+    shown = plan.explain()
+    for key in ("mode", "rank", "world_size", "local_rank", "hosts", "ports", "gpus", "tf_config", "env"):
+        assert key in shown
+    assert shown["rank"] == 1 and shown["world_size"] == 4
+    assert set(shown["env"]) == {"set", "unset"}
