@@ -81,20 +81,23 @@ class WarmUp(Callback):  # type: ignore[misc,valid-type]
         self.verbose = verbose
         self.target = 0.0
         self.epoch = 0
+        self.reached = False
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.target = _get_lr(self.model.optimizer)
+        self.reached = False
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self.epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        steps = self.params.get("steps") or 1
-        progress = (self.epoch * steps + batch) / (self.epochs * steps)
-        if progress > 1:
+        if self.reached:
             return
+        steps = self.params.get("steps") or 1
+        progress = min(1.0, (self.epoch * steps + batch) / (self.epochs * steps))
         start = self.target / self.replicas
         _set_lr(self.model.optimizer, start + (self.target - start) * progress)
+        self.reached = progress == 1.0
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         lr = _get_lr(self.model.optimizer)

@@ -26,8 +26,9 @@ tf.keras.utils.set_random_seed(1234)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 8)).astype("float32")
 y = (x @ np.arange(1, 9, dtype="float32") + 0.5).reshape(-1, 1)
-dataset = ctx.shard(tf.data.Dataset.from_tensor_slices((x, y)))
-dataset = dataset.batch(ctx.batch_size(16), drop_remainder=True)
+shard = ctx.shard(tf.data.Dataset.from_tensor_slices((x, y)))
+seen = float(sum(float(tf.reduce_sum(features)) for features, _ in shard))
+dataset = shard.batch(ctx.batch_size(16), drop_remainder=True)
 
 with ctx.scope():
     model = tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(1)])
@@ -46,6 +47,7 @@ report = {
     "size": ctx.size,
     "local_rank": ctx.local_rank,
     "replicas": ctx.replicas,
+    "data_sum": seen,
     "weights": [w.tolist() for w in model.get_weights()],
     "history": {k: [float(v) for v in vs] for k, vs in history.history.items()},
     "tf_config": json.loads(os.environ.get("TF_CONFIG", "null")),
