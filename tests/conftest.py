@@ -43,9 +43,8 @@ def missing(marker: str) -> str | None:
             return "docker not found (make system)"
         if not _run_ok(["docker", "info"]):
             return "the Docker engine is not running (make services)"
-    elif marker in ("tensorflow", "horovod"):
-        if importlib.util.find_spec(marker) is None:
-            return f"{marker} is not importable (make install)"
+    elif marker in ("tensorflow", "horovod") and importlib.util.find_spec(marker) is None:
+        return f"{marker} is not importable (make install)"
     return None
 
 

@@ -66,8 +66,11 @@ def config_show(as_json: bool) -> None:
     resolved = settings_from({})
     if as_json:
         rows = {
-            name: {"value": list(r.value) if isinstance(r.value, tuple) else r.value,
-                   "source": r.source, "env": BY_NAME[name].env}
+            name: {
+                "value": list(r.value) if isinstance(r.value, tuple) else r.value,
+                "source": r.source,
+                "env": BY_NAME[name].env,
+            }
             for name, r in resolved.items()
         }
         click.echo(json.dumps(rows, indent=2))
@@ -110,7 +113,7 @@ def doctor(as_json: bool) -> None:
     """Check this machine: runtime, cache space, Slurm, GPUs, TensorFlow, Horovod."""
     from ctrain import doctor as checks
 
-    results = checks.run_checks(os.environ)
+    results = checks.run_checks(os.environ, settings_from({}))
     click.echo(checks.render(results, as_json))
     if checks.failed(results):
         sys.exit(1)

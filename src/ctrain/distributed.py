@@ -148,15 +148,20 @@ class Context:
         return opt if self.hvd is None else self.hvd.DistributedOptimizer(opt)
 
     def shard(self, dataset: Any) -> Any:
-        """Each process's share of ``dataset``; shard before shuffling and batching."""
+        """Each process's share of ``dataset``; call it before shuffling and batching.
+
+        Horovod: an explicit shard by rank. Multiworker: TensorFlow's own element-wise
+        sharding (every worker runs the pipeline and keeps its part of each global batch, so
+        shuffle with the same seed on every rank). One process: the whole dataset.
+        """
         import tensorflow as tf
 
         if self.mode is Mode.MULTIWORKER:
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = (
-                tf.data.experimental.AutoShardPolicy.OFF
+                tf.data.experimental.AutoShardPolicy.DATA
             )
-            dataset = dataset.with_options(options)
+            return dataset.with_options(options)
         if self.size > 1:
             return dataset.shard(self.size, self.rank)
         return dataset
@@ -168,7 +173,10 @@ class Context:
 
         found: list[Any] = []
         if self.hvd is not None:
-            found += [callbacks.BroadcastInitialWeights(self.hvd), callbacks.AverageMetrics(self.hvd)]
+            found += [
+                callbacks.BroadcastInitialWeights(self.hvd),
+                callbacks.AverageMetrics(self.hvd),
+            ]
         if warmup_epochs > 0 and self.replicas > 1:
             found.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
         return found
@@ -244,4 +252,3 @@ def init(environ: MutableMapping[str, str] | None = None) -> Context:
     if placed.mode is Mode.HOROVOD:
         return Context(placed, strategy=None, hvd=_horovod(placed, env))
     return Context(placed, strategy=_tf_strategy(placed))
-

@@ -74,9 +74,7 @@ def explain(plan: Plan, as_json: bool) -> str:
     return "\n".join(lines)
 
 
-def launch(
-    plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool
-) -> NoReturn:
+def launch(plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool) -> NoReturn:
     """Exec ``command`` in place of this process with the plan's environment."""
     if not command:
         raise LaunchError("no command given", "put it after --: ctrain launch -- python train.py")

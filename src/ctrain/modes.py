@@ -43,10 +43,7 @@ def _batch_without_step(job: JobEnv) -> bool:
     """A batch script asked for several tasks but runs this command once, without srun."""
     slurm = job.slurm
     return (
-        slurm.in_job
-        and not slurm.in_step
-        and (slurm.ntasks or 1) > 1
-        and job.mpi.launcher is None
+        slurm.in_job and not slurm.in_step and (slurm.ntasks or 1) > 1 and job.mpi.launcher is None
     )
 
 
@@ -79,11 +76,7 @@ def choose_mode(requested: str, job: JobEnv, gpu_count: int) -> Mode:
             f"--mode {mode.value} with SLURM_NTASKS={job.slurm.ntasks} but no srun step",
             "launch it with srun (srun ctrain launch -- ...) or mpirun",
         )
-    if (
-        mode is Mode.HOROVOD
-        and processes > 1
-        and job.mpi.launcher is None
-    ):
+    if mode is Mode.HOROVOD and processes > 1 and job.mpi.launcher is None:
         raise LaunchError(
             f"--mode horovod under srun with {processes} tasks but no MPI/PMI variables",
             "use srun --mpi=pmix (or mpirun/horovodrun) so Horovod's MPI can start",

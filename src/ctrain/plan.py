@@ -21,7 +21,9 @@ PROXY_VARIABLES = tuple(
     for base in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
     for name in (base, base.upper())
 )
-PORT_SPAN = 12000  # ports come from [port_base, port_base + PORT_SPAN): below Linux's ephemeral range
+PORT_SPAN = (
+    12000  # ports come from [port_base, port_base + PORT_SPAN): below Linux's ephemeral range
+)
 PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
 
 # Settings users otherwise set by hand. Each is set only when the environment does not already
@@ -107,14 +109,14 @@ def worker_hosts(
             "launch with srun so Slurm sets SLURM_STEP_TASKS_PER_NODE",
         )
     if distribution.startswith("cyclic"):
-        left, order = counts[:], []
+        left, order = counts[:], list[str]()
         while len(order) < size:
             for index, node in enumerate(nodes):
                 if left[index]:
                     left[index] -= 1
                     order.append(node)
         return tuple(order)
-    return tuple(node for node, count in zip(nodes, counts) for _ in range(count))
+    return tuple(node for node, count in zip(nodes, counts, strict=True) for _ in range(count))
 
 
 def port_block(job_id: str | None, step_id: str | None) -> int:
@@ -142,7 +144,9 @@ def worker_ports(hosts: tuple[str, ...], base: int, block: int) -> tuple[int, ..
     return tuple(ports)
 
 
-def pin_gpus(mode: Mode, visible: tuple[str, ...], local_rank: int, local_size: int) -> tuple[str, ...]:
+def pin_gpus(
+    mode: Mode, visible: tuple[str, ...], local_rank: int, local_size: int
+) -> tuple[str, ...]:
     """The GPUs a rank uses, chosen among those it can already see."""
     if not visible:
         return ()
@@ -244,7 +248,7 @@ def make_plan(
             )
         ports = worker_ports(by_rank, options.port_base, port_block(slurm.job_id, slurm.step_id))
         tf_config = {
-            "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports)]},
+            "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports, strict=True)]},
             "task": {"type": "worker", "index": place.rank},
         }
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)

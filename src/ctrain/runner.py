@@ -62,4 +62,6 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     try:
         os.execvpe(program, list(argv), dict(env))
     except OSError as exc:
-        raise ExternalToolError(f"cannot run {program}: {exc.strerror}", "check the command") from exc
+        raise ExternalToolError(
+            f"cannot run {program}: {exc.strerror}", "check the command"
+        ) from exc

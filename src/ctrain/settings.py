@@ -75,7 +75,10 @@ SETTINGS: tuple[Setting, ...] = (
         _choice("auto", "single", "mirrored", "multiworker", "horovod"),
     ),
     Setting(
-        "collective", "auto", "collective implementation for TF modes", _choice("auto", "nccl", "ring")
+        "collective",
+        "auto",
+        "collective implementation for TF modes",
+        _choice("auto", "nccl", "ring"),
     ),
     Setting("collective_timeout", 600, "seconds before a stalled collective fails", _positive_int),
     Setting("port_base", 20000, "lowest port ctrain derives worker ports from", _positive_int),
@@ -194,4 +197,6 @@ def parse_flag(name: str, text: str | None) -> Value:
     try:
         return BY_NAME[name].parse(text)
     except ValueError as exc:
-        raise ConfigError(f"--{name.replace('_', '-')} {text!r}: {exc}", "correct the flag") from exc
+        raise ConfigError(
+            f"--{name.replace('_', '-')} {text!r}: {exc}", "correct the flag"
+        ) from exc

@@ -53,8 +53,17 @@ def test_launch_replaces_itself_and_passes_the_exit_code(tmp_path: Path) -> None
 @pytest.mark.slurm
 def test_explain_under_srun_gives_each_rank_its_place(tmp_path: Path) -> None:
     run(
-        [*SRUN, "-n", "2", "--output", f"{tmp_path}/explain-%t.json",
-         CTRAIN, "launch", "--explain", "--json"],
+        [
+            *SRUN,
+            "-n",
+            "2",
+            "--output",
+            f"{tmp_path}/explain-%t.json",
+            CTRAIN,
+            "launch",
+            "--explain",
+            "--json",
+        ],
         clean_env(),
         timeout=120,
     )
@@ -114,8 +123,18 @@ def test_two_jobs_on_one_node_do_not_collide(tmp_path: Path) -> None:
 @pytest.mark.horovod
 def test_horovod_under_srun_pmix(tmp_path: Path) -> None:
     run(
-        [*SRUN, "--mpi=pmix", "-n", "2", CTRAIN, "launch", "--mode", "horovod", "--",
-         *train(tmp_path, epochs=3)],
+        [
+            *SRUN,
+            "--mpi=pmix",
+            "-n",
+            "2",
+            CTRAIN,
+            "launch",
+            "--mode",
+            "horovod",
+            "--",
+            *train(tmp_path, epochs=3),
+        ],
         clean_env(),
     )
     chief, worker = reports(tmp_path, 2)
@@ -136,8 +155,7 @@ def test_mpirun_inside_a_batch_job_is_horovod_with_mpi_ranks(tmp_path: Path) -> 
     script = tmp_path / "job.sh"
     command = " ".join([CTRAIN, "launch", "--", *train(tmp_path, epochs=2)])
     script.write_text(
-        "#!/bin/bash\nset -e\n"
-        f"mpirun --allow-run-as-root -np 2 --bind-to none {command}\n"
+        f"#!/bin/bash\nset -e\nmpirun --allow-run-as-root -np 2 --bind-to none {command}\n"
     )
     run(
         ["sbatch", "--wait", "-n", "2", "-t", "5", "-o", str(tmp_path / "job.log"), str(script)],

@@ -36,7 +36,12 @@ def test_help_on_every_command(command: str) -> None:
 
 def test_launch_help_names_env_vars() -> None:
     text = CliRunner().invoke(main, ["launch", "--help"], catch_exceptions=False).output
-    for var in ("CTRAIN_MODE", "CTRAIN_COLLECTIVE", "CTRAIN_COLLECTIVE_TIMEOUT", "CTRAIN_PORT_BASE"):
+    for var in (
+        "CTRAIN_MODE",
+        "CTRAIN_COLLECTIVE",
+        "CTRAIN_COLLECTIVE_TIMEOUT",
+        "CTRAIN_PORT_BASE",
+    ):
         assert var in text
 
 
@@ -67,7 +72,11 @@ def test_cli_and_launch_never_import_tensorflow() -> None:
 
 
 def test_launch_error_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {"SLURM_JOB_ID": "9", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "n1"}.items():
+    for key, value in {
+        "SLURM_JOB_ID": "9",
+        "SLURM_NTASKS": "4",
+        "SLURM_JOB_NODELIST": "n1",
+    }.items():
         monkeypatch.setenv(key, value)
     result = CliRunner().invoke(main, ["launch", "--", "true"])
     assert result.exit_code == 4

@@ -56,7 +56,11 @@ def step(procid: int, localid: int, nodeid: int, **extra: str) -> dict[str, str]
     ],
 )
 def test_pin_gpus(
-    mode: Mode, visible: tuple[str, ...], local_rank: int, local_size: int, expected: tuple[str, ...]
+    mode: Mode,
+    visible: tuple[str, ...],
+    local_rank: int,
+    local_size: int,
+    expected: tuple[str, ...],
 ) -> None:
     assert pin_gpus(mode, visible, local_rank, local_size) == expected
 
@@ -103,10 +107,18 @@ def test_multiworker_plan_for_every_rank() -> None:
     ]
     cluster = plans[0].tf_config["cluster"]["worker"]  # type: ignore[index]
     base = 20000 + port_block("4242", "3") * PORT_BLOCK
-    assert cluster == [f"gpu-a07:{base}", f"gpu-a07:{base + 1}", f"gpu-a08:{base}", f"gpu-a08:{base + 1}"]
+    assert cluster == [
+        f"gpu-a07:{base}",
+        f"gpu-a07:{base + 1}",
+        f"gpu-a08:{base}",
+        f"gpu-a08:{base + 1}",
+    ]
     for rank, plan in enumerate(plans):
         assert plan.mode is Mode.MULTIWORKER
-        assert plan.tf_config == {"cluster": {"worker": cluster}, "task": {"type": "worker", "index": rank}}
+        assert plan.tf_config == {
+            "cluster": {"worker": cluster},
+            "task": {"type": "worker", "index": rank},
+        }
         assert json.loads(plan.env_set["TF_CONFIG"]) == plan.tf_config
         assert plan.hosts == ("gpu-a07", "gpu-a08")
 
@@ -190,7 +202,17 @@ def test_explain_has_the_documented_keys() -> None:
     env = step(1, 1, 0)
     plan = make_plan(JobEnv.from_environ(env, "x"), LaunchOptions(), env, ())
     shown = plan.explain()
-    for key in ("mode", "rank", "world_size", "local_rank", "hosts", "ports", "gpus", "tf_config", "env"):
+    for key in (
+        "mode",
+        "rank",
+        "world_size",
+        "local_rank",
+        "hosts",
+        "ports",
+        "gpus",
+        "tf_config",
+        "env",
+    ):
         assert key in shown
     assert shown["rank"] == 1 and shown["world_size"] == 4
     assert set(shown["env"]) == {"set", "unset"}

@@ -81,7 +81,7 @@ def test_typed_values_from_env_and_file(dirs: tuple[Path, dict[str, str]]) -> No
     ("text", "line", "words"),
     [
         ('mode = "auto"\ncollective = \n', 2, "malformed TOML"),
-        ('\n\nbogus = 1\n', 3, "unknown setting 'bogus'"),
+        ("\n\nbogus = 1\n", 3, "unknown setting 'bogus'"),
         ('mode = "fast"\n', 1, "mode must be one of"),
         ("collective_timeout = -3\n", 1, "positive integer"),
         ('quiet = "yes"\n', 1, "true or false"),
@@ -125,7 +125,11 @@ def test_config_show_json_and_text(
     shown = runner.invoke(main, ["config", "show", "--json"], catch_exceptions=False)
     assert shown.exit_code == 0
     rows = json.loads(shown.output)
-    assert rows["runtime"] == {"value": "docker", "source": "env CTRAIN_RUNTIME", "env": "CTRAIN_RUNTIME"}
+    assert rows["runtime"] == {
+        "value": "docker",
+        "source": "env CTRAIN_RUNTIME",
+        "env": "CTRAIN_RUNTIME",
+    }
     assert rows["min_free_gb"]["source"] == f"file {cwd / 'ctrain.toml'}:1"
     assert rows["mode"]["source"] == "default"
     text = runner.invoke(main, ["config", "show"], catch_exceptions=False).output

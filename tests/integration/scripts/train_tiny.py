@@ -26,9 +26,22 @@ tf.keras.utils.set_random_seed(1234)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 8)).astype("float32")
 y = (x @ np.arange(1, 9, dtype="float32") + 0.5).reshape(-1, 1)
-shard = ctx.shard(tf.data.Dataset.from_tensor_slices((x, y)))
-seen = float(sum(float(tf.reduce_sum(features)) for features, _ in shard))
-dataset = shard.batch(ctx.batch_size(16), drop_remainder=True)
+dataset = ctx.shard(tf.data.Dataset.from_tensor_slices((x, y)))
+dataset = dataset.batch(ctx.batch_size(16), drop_remainder=True)
+
+
+def seen_by_this_process() -> float:
+    """The sum of the features this process trains on, as fit will split them."""
+    if ctx.strategy is None:
+        return float(sum(float(tf.reduce_sum(f)) for f, _ in dataset))
+    total = 0.0
+    for features, _ in ctx.strategy.experimental_distribute_dataset(dataset):
+        for local in ctx.strategy.experimental_local_results(features):
+            total += float(tf.reduce_sum(local))
+    return total
+
+
+seen = seen_by_this_process()
 
 with ctx.scope():
     model = tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(1)])

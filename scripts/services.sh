@@ -1,0 +1,433 @@
+#!/usr/bin/env bash
+# Start, stop or check the local services ctrain's real tests use, on ONE Debian 12 machine (root):
+#
+#   munged          as user munge, socket in /run/munge (Slurm authenticates with it)
+#   slurmctld       + slurmd: a one-node cluster "ctrain", config generated from `slurmd -C`
+#   dockerd         with --bridge=none --iptables=false --ip-masq=false (no default bridge, ever)
+#   docker-registry a local image registry on 127.0.0.1:5000 only
+#
+# Usage: scripts/services.sh start|stop|status
+#   start   starts whatever is not running (safe to repeat), then verifies every service:
+#           `munge -n | unmunge`, node idle, `srun -n 2`, `srun --mpi=pmix -n 2`, `docker info`,
+#           GET http://127.0.0.1:5000/v2/. Every wait is bounded; on timeout the tail of the
+#           relevant log is printed and the script exits non-zero.
+#   stop    stops registry, dockerd, slurmd, slurmctld, munged (whatever runs); never fails.
+#   status  one line per service; exits 0 only if all of them run.
+#
+# Logs: /var/log/ctrain/{dockerd,registry}.log, /var/log/slurm/{slurmctld,slurmd}.log,
+# /var/log/munge/munged.log. Environment: CTRAIN_SERVICES_WAIT (seconds per wait, default 60).
+# Nodes and clients talk over 127.0.0.1 only: slurmd, srun and the registry bind 127.0.0.1;
+# slurmctld (no bind option in Slurm 22.05) listens on all addresses but is reached via 127.0.0.1.
+set -euo pipefail
+
+WAIT=${CTRAIN_SERVICES_WAIT:-60}
+export PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld, slurmd, dockerd live in sbin
+LOGDIR=/var/log/ctrain
+HOST=$(hostname -s)
+
+SLURM_CONF=/etc/slurm/slurm.conf
+SLURM_LOGDIR=/var/log/slurm
+SLURMCTLD_PID=/run/slurmctld.pid
+SLURMD_PID=/run/slurmd.pid
+MUNGED_PID=/run/munge/munged.pid
+MUNGED_LOG=/var/log/munge/munged.log
+DOCKERD_PID=/run/ctrain-dockerd.pid
+DOCKERD_LOG=$LOGDIR/dockerd.log
+REGISTRY_CONF=/etc/ctrain/registry.yml
+REGISTRY_DIR=/var/lib/ctrain-registry
+REGISTRY_PID=/run/ctrain-registry.pid
+REGISTRY_LOG=$LOGDIR/registry.log
+REGISTRY_ADDR=127.0.0.1
+REGISTRY_PORT=5000
+
+log() { echo "services: $*"; }
+die() { echo "services: ERROR: $*" >&2; exit 1; }
+
+# Print the last lines of a log file (for a failed wait).
+show_log() {
+    echo "---- tail of $1 ----" >&2
+    tail -n 40 "$1" >&2 2>/dev/null || echo "(no log at $1)" >&2
+    echo "----" >&2
+}
+
+# alive NAME PID: PID is a live (not zombie) process called NAME.
+alive() {
+    local stat state
+    stat=$(cat "/proc/$2/stat" 2>/dev/null) || return 1
+    # /proc/PID/stat is "PID (COMM) STATE ..."; COMM may contain spaces, so cut at the last ") ".
+    state=${stat##*) }
+    state=${state%% *}
+    [ "$state" != Z ] && [ "$(cat "/proc/$2/comm" 2>/dev/null)" = "$1" ]
+}
+
+# pid_of NAME PIDFILE: print the pid of the running daemon NAME (exact process name), preferring
+# its pidfile; fail if it is not running. Stale pidfiles (dead pid, other process) are ignored.
+pid_of() {
+    local name=$1 pidfile=$2 pid
+    if [ -r "$pidfile" ]; then
+        pid=$(tr -dc '0-9' <"$pidfile")
+        if [ -n "$pid" ] && alive "$name" "$pid"; then
+            echo "$pid"
+            return 0
+        fi
+    fi
+    for pid in $(pgrep -x "$name"); do
+        if alive "$name" "$pid"; then
+            echo "$pid"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# wait_for DESCRIPTION LOGFILE COMMAND...: retry COMMAND every second for up to $WAIT seconds;
+# on timeout print COMMAND's last output and the tail of LOGFILE, and exit 1.
+wait_for() {
+    local what=$1 logfile=$2 deadline=$((SECONDS + WAIT)) out
+    shift 2
+    until out=$("$@" 2>&1); do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            echo "services: ERROR: timed out after ${WAIT}s waiting for $what" >&2
+            [ -z "$out" ] || printf 'last attempt said:\n%s\n' "$out" >&2
+            show_log "$logfile"
+            exit 1
+        fi
+        sleep 1
+    done
+}
+
+# stop_daemon NAME PIDFILE: SIGTERM, wait up to $WAIT seconds, then SIGKILL. Never fails.
+stop_daemon() {
+    local name=$1 pidfile=$2 pid deadline
+    if ! pid=$(pid_of "$name" "$pidfile"); then
+        log "$name: not running"
+        return 0
+    fi
+    log "$name: stopping pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + WAIT))
+    while alive "$name" "$pid"; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            log "$name: still alive after ${WAIT}s, SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 1
+            break
+        fi
+        sleep 0.5
+    done
+    rm -f "$pidfile"
+}
+
+# ---------------------------------------------------------------------------------------- munge
+munge_ok() { munge -n | unmunge | grep -q 'STATUS: *Success'; }
+
+start_munge() {
+    # The Debian package creates the key; recreate it only if it is missing (fresh /etc).
+    if [ ! -s /etc/munge/munge.key ]; then
+        log "munge: creating /etc/munge/munge.key"
+        mungekey --create --keyfile=/etc/munge/munge.key
+        chown munge:munge /etc/munge/munge.key
+        chmod 0400 /etc/munge/munge.key
+    fi
+    # /run is a tmpfs: the socket directory vanishes at boot and must belong to munge.
+    install -d -o munge -g munge -m 0755 /run/munge
+    install -d -o munge -g munge -m 0700 /var/log/munge
+    install -d -o munge -g munge -m 0711 /var/lib/munge
+    if pid=$(pid_of munged "$MUNGED_PID"); then
+        log "munged: already running (pid $pid)"
+    else
+        log "munged: starting as user munge"
+        runuser -u munge -- /usr/sbin/munged 9>&- || { show_log "$MUNGED_LOG"; die "munged failed to start"; }
+    fi
+    wait_for "munge -n | unmunge" "$MUNGED_LOG" munge_ok
+    log "munge: credential round trip OK"
+}
+
+# ---------------------------------------------------------------------------------------- slurm
+# The node line of this machine as Slurm sees it (CPUs, sockets, cores, threads, RealMemory), with
+# NodeName forced to `hostname -s` and addressed via loopback, so no DNS or network is involved.
+node_line() {
+    local line
+    line=$(slurmd -C | grep -m1 '^NodeName=') || die "slurmd -C printed no NodeName line"
+    line=${line#NodeName=* }
+    echo "NodeName=$HOST NodeAddr=127.0.0.1 NodeHostname=$HOST $line State=UNKNOWN"
+}
+
+slurm_conf_text() {
+    cat <<EOF
+# Generated by ctrain scripts/services.sh; rewritten on every start when it differs.
+# One-node cluster for real Slurm tests. The previous file, if any, was kept as slurm.conf.bak.
+ClusterName=ctrain
+SlurmctldHost=$HOST(127.0.0.1)
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPidFile=$SLURMCTLD_PID
+SlurmdPidFile=$SLURMD_PID
+SlurmctldLogFile=$SLURM_LOGDIR/slurmctld.log
+SlurmdLogFile=$SLURM_LOGDIR/slurmd.log
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+# No cgroups: plain process tracking, no task binding (works in containers and small VMs).
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+# A node that was down comes back by itself once slurmd registers with a valid config.
+ReturnToService=2
+MpiDefault=none
+# slurmd and srun bind to the node's address (127.0.0.1), not to every interface (slurmctld 22.05
+# still listens on all of them).
+CommunicationParameters=NoInAddrAny
+# No mail on this machine (the default /usr/bin/mail is absent: "MailProg is invalid").
+MailProg=/bin/true
+# Jobs may be requeued (scontrol requeue, sbatch --requeue); signals before the time limit
+# (sbatch --signal=B:USR2@60) need nothing more than a time limit on the job.
+JobRequeue=1
+InactiveLimit=0
+KillWait=30
+MinJobAge=300
+$NODE_LINE
+# FORCE:4 lets up to 4 tasks share each of the cores, so 2-task jobs (and two of them at once)
+# fit on a 2-core machine.
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+}
+
+# Write slurm.conf if it differs (keeping the original once as slurm.conf.bak); sets
+# SLURM_CONF_CHANGED=1 when it wrote a new file.
+SLURM_CONF_CHANGED=0
+write_slurm_conf() {
+    local new
+    NODE_LINE=$(node_line)  # a separate step, so that a failing `slurmd -C` stops the script
+    new=$(slurm_conf_text)
+    if [ -f "$SLURM_CONF" ] && [ "$(cat "$SLURM_CONF")" = "$new" ]; then
+        return 0
+    fi
+    mkdir -p "$(dirname "$SLURM_CONF")"
+    # Keep a foreign (not generated here) config once, as slurm.conf.bak.
+    if [ -f "$SLURM_CONF" ] && [ ! -e "$SLURM_CONF.bak" ] \
+        && ! grep -q '^# Generated by ctrain scripts/services.sh' "$SLURM_CONF"; then
+        cp -p "$SLURM_CONF" "$SLURM_CONF.bak"
+        log "slurm: kept the previous config as $SLURM_CONF.bak"
+    fi
+    printf '%s\n' "$new" >"$SLURM_CONF.tmp"
+    chmod 0644 "$SLURM_CONF.tmp"
+    mv -f "$SLURM_CONF.tmp" "$SLURM_CONF"
+    SLURM_CONF_CHANGED=1
+    log "slurm: wrote $SLURM_CONF"
+}
+
+slurmctld_up() { scontrol ping | grep -q 'is UP'; }
+
+node_state() { sinfo -h -N -n "$HOST" -o '%T' 2>/dev/null | head -n1; }
+
+# True once the node can take jobs. A down/drained node is resumed (a no-op failure while slurmd
+# has not registered yet, so errors are ignored); unknown/not-responding states just wait.
+node_ready() {
+    local state
+    state=$(node_state)
+    case "$state" in
+        idle | mixed | allocated | completing) return 0 ;;
+        down | drained | draining | drain | fail | failing)
+            scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true ;;
+    esac
+    echo "node $HOST is ${state:-not known to sinfo yet}"
+    return 1
+}
+
+# `srun -n 2` prints ranks 0 and 1 on stdout and nothing on stderr except srun's note that the
+# job waited a moment for the previous one's cleanup ("queued and waiting for resources").
+srun_ok() {
+    local out err rc=0
+    err=$(mktemp)
+    out=$(timeout 50 srun "$@" -n 2 -t 1 bash -c "echo \$$RANKVAR" 2>"$err") || rc=$?
+    sed -i -E '/^srun: job [0-9]+ (queued and waiting for resources|has been allocated resources)$/d' "$err"
+    if [ "$rc" -ne 0 ] || [ "$(sort <<<"$out" | tr '\n' ' ')" != "0 1 " ] || [ -s "$err" ]; then
+        echo "srun $* exited $rc; stdout: $out"
+        cat "$err"
+        rm -f "$err"
+        return 1
+    fi
+    rm -f "$err"
+}
+
+start_slurm() {
+    install -d -m 0755 /var/spool/slurmctld /var/spool/slurmd "$SLURM_LOGDIR"
+    write_slurm_conf
+    # A changed config on running daemons: restart them so the new one is in force.
+    if [ "$SLURM_CONF_CHANGED" = 1 ]; then
+        stop_daemon slurmd "$SLURMD_PID"
+        stop_daemon slurmctld "$SLURMCTLD_PID"
+    fi
+    if pid=$(pid_of slurmctld "$SLURMCTLD_PID"); then
+        log "slurmctld: already running (pid $pid)"
+    else
+        log "slurmctld: starting"
+        slurmctld 9>&- || { show_log "$SLURM_LOGDIR/slurmctld.log"; die "slurmctld failed to start"; }
+    fi
+    wait_for "slurmctld to answer scontrol ping" "$SLURM_LOGDIR/slurmctld.log" slurmctld_up
+    if pid=$(pid_of slurmd "$SLURMD_PID"); then
+        log "slurmd: already running (pid $pid)"
+    else
+        log "slurmd: starting"
+        slurmd 9>&- || { show_log "$SLURM_LOGDIR/slurmd.log"; die "slurmd failed to start"; }
+    fi
+    wait_for "node $HOST to become idle" "$SLURM_LOGDIR/slurmd.log" node_ready
+    log "slurm: node $HOST is $(node_state)"
+    RANKVAR=SLURM_PROCID wait_for "srun -n 2 to print ranks 0 and 1" "$SLURM_LOGDIR/slurmd.log" srun_ok
+    log "slurm: srun -n 2 OK"
+    RANKVAR=PMIX_RANK wait_for "srun --mpi=pmix -n 2 to print PMIX_RANK 0 and 1" \
+        "$SLURM_LOGDIR/slurmd.log" srun_ok --mpi=pmix
+    log "slurm: srun --mpi=pmix -n 2 OK"
+}
+
+# --------------------------------------------------------------------------------------- docker
+# dockerd started elsewhere (e.g. by systemd after `apt-get install docker.io`) has the default
+# bridge and iptables rules; it is replaced by ours, which has none.
+dockerd_is_ours() { tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- '--bridge=none'; }
+
+start_docker() {
+    install -d -m 0755 "$LOGDIR"
+    if pid=$(pid_of dockerd "$DOCKERD_PID") && ! dockerd_is_ours "$pid"; then
+        log "dockerd: pid $pid runs with a bridge; replacing it"
+        if [ -d /run/systemd/system ]; then
+            systemctl stop docker.socket docker.service >/dev/null 2>&1 || true
+        fi
+        stop_daemon dockerd "$DOCKERD_PID"
+        ip link delete docker0 >/dev/null 2>&1 || true
+    fi
+    if pid=$(pid_of dockerd "$DOCKERD_PID"); then
+        log "dockerd: already running (pid $pid)"
+    else
+        log "dockerd: starting (log $DOCKERD_LOG)"
+        # setsid: its own session, so it outlives this script and the caller's terminal/CI step.
+        setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+            --pidfile="$DOCKERD_PID" </dev/null >>"$DOCKERD_LOG" 2>&1 9>&- &
+    fi
+    wait_for "docker info" "$DOCKERD_LOG" docker info
+    log "docker: engine answers"
+}
+
+# ------------------------------------------------------------------------------------- registry
+registry_conf_text() {
+    cat <<EOF
+# Generated by ctrain scripts/services.sh: local registry on loopback only, no auth.
+version: 0.1
+log:
+  level: info
+  fields:
+    service: registry
+storage:
+  filesystem:
+    rootdirectory: $REGISTRY_DIR
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR:$REGISTRY_PORT
+  headers:
+    X-Content-Type-Options: [nosniff]
+EOF
+}
+
+# GET /v2/ with bash's /dev/tcp (no curl needed); the registry answers 200 to it.
+registry_ok() {
+    # shellcheck disable=SC2016  # $0/$1 are expanded by the inner bash (address and port)
+    timeout 5 bash -c '
+        exec 3<>"/dev/tcp/$0/$1" || exit 1
+        printf "GET /v2/ HTTP/1.0\r\nHost: %s\r\n\r\n" "$0:$1" >&3
+        head -n1 <&3 | grep -q " 200 "' "$REGISTRY_ADDR" "$REGISTRY_PORT"
+}
+
+start_registry() {
+    install -d -m 0755 "$LOGDIR" "$REGISTRY_DIR" "$(dirname "$REGISTRY_CONF")"
+    local new pid
+    # The Debian package's own service (systemd, all interfaces, htpasswd auth) is replaced by ours.
+    if pid=$(pid_of docker-registry "$REGISTRY_PID") \
+        && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$REGISTRY_CONF"; then
+        log "docker-registry: pid $pid is not ours ($REGISTRY_CONF); replacing it"
+        if [ -d /run/systemd/system ]; then
+            systemctl stop docker-registry.service >/dev/null 2>&1 || true
+        fi
+        stop_daemon docker-registry "$REGISTRY_PID"
+    fi
+    new=$(registry_conf_text)
+    if [ ! -f "$REGISTRY_CONF" ] || [ "$(cat "$REGISTRY_CONF")" != "$new" ]; then
+        printf '%s\n' "$new" >"$REGISTRY_CONF"
+        stop_daemon docker-registry "$REGISTRY_PID"  # restart with the new config if running
+    fi
+    if pid=$(pid_of docker-registry "$REGISTRY_PID"); then
+        log "docker-registry: already running (pid $pid)"
+    else
+        log "docker-registry: starting on $REGISTRY_ADDR:$REGISTRY_PORT (log $REGISTRY_LOG)"
+        setsid /usr/bin/docker-registry serve "$REGISTRY_CONF" </dev/null >>"$REGISTRY_LOG" 2>&1 9>&- &
+        echo $! >"$REGISTRY_PID"
+    fi
+    wait_for "the registry on http://$REGISTRY_ADDR:$REGISTRY_PORT/v2/" "$REGISTRY_LOG" registry_ok
+    log "registry: http://$REGISTRY_ADDR:$REGISTRY_PORT/v2/ answers"
+}
+
+# ------------------------------------------------------------------------------------------ main
+status_line() {
+    local name=$1 pidfile=$2 pid
+    if pid=$(pid_of "$name" "$pidfile"); then
+        printf '%-16s running (pid %s)\n' "$name" "$pid"
+    else
+        printf '%-16s stopped\n' "$name"
+        return 1
+    fi
+}
+
+cmd_status() {
+    local rc=0
+    status_line munged "$MUNGED_PID" || rc=1
+    status_line slurmctld "$SLURMCTLD_PID" || rc=1
+    status_line slurmd "$SLURMD_PID" || rc=1
+    status_line dockerd "$DOCKERD_PID" || rc=1
+    status_line docker-registry "$REGISTRY_PID" || rc=1
+    return "$rc"
+}
+
+cmd_stop() {
+    stop_daemon docker-registry "$REGISTRY_PID"
+    stop_daemon dockerd "$DOCKERD_PID"
+    stop_daemon slurmd "$SLURMD_PID"
+    stop_daemon slurmctld "$SLURMCTLD_PID"
+    stop_daemon munged "$MUNGED_PID"
+}
+
+cmd_start() {
+    local t0=$SECONDS cmd
+    for cmd in munged slurmctld slurmd srun sinfo scontrol dockerd docker /usr/bin/docker-registry; do
+        command -v "$cmd" >/dev/null || die "$cmd not found. Fix: scripts/system-packages.sh"
+    done
+    start_munge
+    start_slurm
+    start_docker
+    start_registry
+    log "all services up ($((SECONDS - t0)) s)"
+}
+
+main() {
+    case "${1:-}" in
+        start | stop | status) ;;
+        *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    esac
+    [ "$(id -u)" -eq 0 ] || die "must run as root (it starts system daemons). Fix: sudo $0 $1"
+    if [ "$1" = status ]; then
+        cmd_status
+        return
+    fi
+    # One start/stop at a time (CI and a developer, or two terminals). Daemons are started with
+    # fd 9 closed so that they do not hold the lock after this script exits.
+    exec 9>/run/ctrain-services.lock
+    flock -w "$((WAIT * 3))" 9 || die "another scripts/services.sh holds /run/ctrain-services.lock"
+    "cmd_$1"
+}
+
+main "$@"

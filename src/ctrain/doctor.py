@@ -1,0 +1,317 @@
+"""``ctrain doctor``: what this machine offers for a training run, one line per check.
+
+Every check returns a Check and never raises (a crash becomes a FAIL line). TensorFlow and
+Horovod are probed in a child Python so this process never imports them. Parsing of each tool's
+output lives in the ``parse_*`` functions, tested with captured output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ctrain import cachedirs, runner
+from ctrain.errors import CtrainError
+from ctrain.settings import Resolved
+
+Status = Literal["PASS", "WARN", "FAIL"]
+RUNTIMES = ("apptainer", "singularity", "docker", "podman")
+PROBE_TIMEOUT = 120.0
+TOOL_TIMEOUT = 30.0
+INSTALL_FIX = "`make install`, or run inside the ctrain image"
+
+TF_PROBE = """\
+import importlib.metadata as md, json
+import tensorflow as tf
+try:
+    keras = md.version("tf-keras")
+except md.PackageNotFoundError:
+    keras = None
+gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
+print(json.dumps({"version": tf.__version__, "tf_keras": keras, "gpus": gpus}))
+"""
+HOROVOD_PROBE = """\
+import json
+import horovod
+import horovod.tensorflow as hvd
+print(json.dumps({"version": horovod.__version__, "mpi": bool(hvd.mpi_built()),
+                  "gloo": bool(hvd.gloo_built()), "nccl": int(hvd.nccl_built())}))
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def parse_version(text: str) -> str:
+    """The version in ``apptainer --version``, ``docker --version``, ``podman --version``..."""
+    found = re.search(r"\bv?(\d+(?:\.\d+)+[\w.+~-]*)", text)
+    if found:
+        return found.group(1)
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else "unknown version"
+
+
+def parse_docker_server(text: str) -> str | None:
+    """The server version from ``docker version --format {{.Server.Version}}``, if any."""
+    value = text.strip()
+    return value if value and value != "<no value>" else None
+
+
+def parse_gpu_names(listing: str) -> list[str]:
+    """GPU names from ``nvidia-smi -L`` ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-...)")."""
+    pattern = r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$"
+    return [m.group(1) for m in re.finditer(pattern, listing, re.MULTILINE)]
+
+
+def parse_mpirun_version(text: str) -> str:
+    """First line of ``mpirun --version``; MPICH's Hydra puts its version on a later line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "unknown version"
+    hydra = re.search(r"^\s*Version:\s*(\S+)", text, re.MULTILINE)
+    if lines[0].startswith("HYDRA") and hydra:
+        return f"MPICH (Hydra) {hydra.group(1)}"
+    return lines[0]
+
+
+def parse_probe(stdout: str) -> dict[str, Any]:
+    """The JSON object a probe prints on its last ``{`` line (libraries may print before it)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            if isinstance(data, dict):
+                return data
+    raise ValueError("the probe printed no JSON object")
+
+
+def last_line(text: str) -> str:
+    return ([line.strip() for line in text.splitlines() if line.strip()] or [""])[-1]
+
+
+def count_names(names: Sequence[str]) -> str:
+    """``["A", "A", "B"]`` -> ``"2 x A, 1 x B"``."""
+    return ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
+
+
+def _tool(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+    try:
+        done = runner.run(argv, environ, timeout=TOOL_TIMEOUT)
+    except CtrainError as exc:
+        return -1, "", exc.message
+    return done.returncode, done.stdout, done.stderr
+
+
+def _runtime(name: str, path: str, environ: Mapping[str, str]) -> tuple[bool, str]:
+    """(usable, description) of one installed runtime."""
+    if name == "docker":
+        code, out, _ = _tool([path, "version", "--format", "{{.Server.Version}}"], environ)
+        server = parse_docker_server(out) if code == 0 else None
+        if server:
+            return True, f"docker {server} ({path})"
+        code, out, err = _tool([path, "--version"], environ)
+        client = parse_version(out) if code == 0 else last_line(err) or "version unknown"
+        return False, f"docker {client} ({path}): daemon not reachable"
+    code, out, err = _tool([path, "--version"], environ)
+    if code != 0:
+        return False, f"{name} at {path} fails: {last_line(err or out) or f'exit {code}'}"
+    return True, f"{name} {parse_version(out)} ({path})"
+
+
+def check_runtime(environ: Mapping[str, str]) -> Check:
+    found = [(n, p) for n in RUNTIMES if (p := runner.which(n, environ)) is not None]
+    results = [_runtime(name, path, environ) for name, path in found]
+    detail = "; ".join(text for _, text in results) or "none of " + ", ".join(RUNTIMES)
+    if any(usable for usable, _ in results):
+        return Check("runtime", "PASS", detail)
+    fix = "install Apptainer (clusters) or Docker; `--runtime host` still runs without one"
+    if any(name == "docker" for name, _ in found):
+        fix = "start the Docker daemon or " + fix
+    return Check("runtime", "WARN", detail, fix)
+
+
+def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
+    configured = settings["cache_dir"]
+    flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
+    try:
+        choice = cachedirs.resolve_cache_dir(flag, environ, True, Path.exists)
+    except CtrainError as exc:
+        return Check("cache", "WARN", exc.message, exc.fix)
+    needed = int(str(settings["min_free_gb"].value))
+    free = cachedirs.free_bytes(choice.path) / cachedirs.GIB
+    detail = f"{choice.path} ({choice.source}), {free:.1f} GiB free, tmp {choice.tmp}"
+    if choice.under_home:
+        fix = "set CTRAIN_CACHE_DIR to a directory on scratch: home quotas are small"
+        return Check("cache", "WARN", detail + ": under $HOME", fix)
+    if free < needed:
+        fix = f"free space or set CTRAIN_CACHE_DIR elsewhere ({needed} GiB wanted)"
+        return Check("cache", "WARN", f"{detail}: under {needed} GiB", fix)
+    return Check("cache", "PASS", detail)
+
+
+def check_tmp(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
+    tmp = Path(environ.get("TMPDIR") or "/tmp")
+    needed = int(str(settings["min_free_gb"].value))
+    free = cachedirs.free_bytes(tmp) / cachedirs.GIB
+    detail = f"{tmp} (TMPDIR {'set' if environ.get('TMPDIR') else 'unset'}), {free:.1f} GiB free"
+    if free < needed:
+        fix = "set TMPDIR to a local or scratch directory with more room"
+        return Check("tmp", "WARN", f"{detail}: under {needed} GiB", fix)
+    return Check("tmp", "PASS", detail)
+
+
+def describe_slurm_job(environ: Mapping[str, str]) -> str:
+    """Which Slurm job and step this process is in, from the environment alone."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if not job:
+        return "not inside a Slurm job"
+    step = environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "batch"
+    tasks = environ.get("SLURM_NTASKS") or environ.get("SLURM_NPROCS") or "?"
+    return f"inside job {job} (step {step}, {tasks} tasks)"
+
+
+def check_slurm(environ: Mapping[str, str]) -> Check:
+    tools = {name: runner.which(name, environ) for name in ("sbatch", "srun")}
+    missing = [name for name, path in tools.items() if path is None]
+    where = ", ".join(f"{name} {path}" for name, path in tools.items() if path)
+    detail = describe_slurm_job(environ) + (f"; {where}" if where else "")
+    if missing:
+        fix = "load the Slurm module or use a cluster node; without Slurm, run on one machine"
+        return Check("slurm", "WARN", f"{detail}; {' and '.join(missing)} not found", fix)
+    return Check("slurm", "PASS", detail)
+
+
+def list_gpus(environ: Mapping[str, str]) -> list[str] | None:
+    """GPU names from nvidia-smi; None when nvidia-smi is missing or fails."""
+    path = runner.which("nvidia-smi", environ)
+    if path is None:
+        return None
+    code, out, _ = _tool([path, "-L"], environ)
+    return parse_gpu_names(out) if code == 0 else None
+
+
+def check_gpus(gpus: list[str] | None, environ: Mapping[str, str]) -> Check:
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    shown = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible}"
+    if not gpus:
+        why = "no working nvidia-smi" if gpus is None else "nvidia-smi lists none"
+        fix = "run on a GPU node (srun --gpus=...) if you meant to use GPUs"
+        return Check("gpus", "WARN", f"no GPU visible: training runs on CPU ({why}); {shown}", fix)
+    return Check("gpus", "PASS", f"{len(gpus)}: {count_names(gpus)}; {shown}")
+
+
+def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any] | Check:
+    env = {**environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
+    try:
+        done = runner.run([sys.executable, "-c", script], env, timeout=PROBE_TIMEOUT)
+    except CtrainError:
+        why = f"importing {name} in {sys.executable} did not finish within {PROBE_TIMEOUT:.0f} s"
+        return Check(name, "FAIL", why, "check the filesystem holding site-packages, then retry")
+    if done.returncode != 0:
+        why = last_line(done.stderr) or f"exit code {done.returncode}"
+        return Check(name, "FAIL", f"not importable by {sys.executable}: {why}", INSTALL_FIX)
+    try:
+        return parse_probe(done.stdout)
+    except ValueError as exc:
+        return Check(name, "FAIL", f"probe output not understood: {exc}", INSTALL_FIX)
+
+
+def check_tensorflow(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
+    info = _probe("tensorflow", TF_PROBE, environ)
+    if isinstance(info, Check):
+        return info
+    seen = len(info.get("gpus") or [])
+    detail = f"{info['version']}, tf_keras {info.get('tf_keras') or 'missing'}, {seen} GPU(s) seen"
+    if not info.get("tf_keras"):
+        return Check("tensorflow", "WARN", detail, "pip install tf-keras (or " + INSTALL_FIX + ")")
+    if gpus and not seen:
+        fix = "use the ctrain GPU image, or a TensorFlow built with CUDA matching the driver"
+        return Check("tensorflow", "WARN", f"{detail}, but nvidia-smi lists {len(gpus)}", fix)
+    return Check("tensorflow", "PASS", detail)
+
+
+def check_horovod(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
+    info = _probe("horovod", HOROVOD_PROBE, environ)
+    if isinstance(info, Check):
+        return info
+
+    def yes(key: str) -> str:
+        return "yes" if info.get(key) else "no"
+
+    detail = f"{info['version']}: MPI {yes('mpi')}, Gloo {yes('gloo')}, NCCL {yes('nccl')}"
+    rebuild = (
+        "reinstall Horovod with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 (and "
+        "HOROVOD_GPU_OPERATIONS=NCCL on GPUs), or use the ctrain image"
+    )
+    if not info.get("mpi") and not info.get("gloo"):
+        return Check("horovod", "FAIL", detail + ": no controller built", rebuild)
+    if gpus and not info.get("nccl"):
+        return Check("horovod", "WARN", detail + ": GPUs present but no NCCL", rebuild)
+    return Check("horovod", "PASS", detail)
+
+
+def check_mpi(environ: Mapping[str, str]) -> Check:
+    path = runner.which("mpirun", environ)
+    if path is None:
+        fix = "install Open MPI for Horovod's MPI mode; Gloo (horovodrun --gloo) works without"
+        return Check("mpi", "WARN", "mpirun not found", fix)
+    code, out, err = _tool([path, "--version"], environ)
+    if code != 0:
+        return Check("mpi", "WARN", f"{path} --version fails: {last_line(err or out)}", "")
+    return Check("mpi", "PASS", f"{parse_mpirun_version(out)} ({path})")
+
+
+def guarded(name: str, check: Callable[[], Check]) -> Check:
+    """Run one check; any exception becomes its FAIL line."""
+    try:
+        return check()
+    except Exception as exc:  # a doctor reports, it does not crash
+        return Check(name, "FAIL", f"check crashed: {type(exc).__name__}: {exc}", "report a bug")
+
+
+def run_checks(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> list[Check]:
+    """Every check, in display order; the slow probes run side by side."""
+    try:
+        gpus = list_gpus(environ)
+    except Exception:  # check_gpus reports the absence
+        gpus = None
+    checks: list[tuple[str, Callable[[], Check]]] = [
+        ("runtime", lambda: check_runtime(environ)),
+        ("cache", lambda: check_cache(environ, settings)),
+        ("tmp", lambda: check_tmp(environ, settings)),
+        ("slurm", lambda: check_slurm(environ)),
+        ("gpus", lambda: check_gpus(gpus, environ)),
+        ("tensorflow", lambda: check_tensorflow(environ, gpus)),
+        ("horovod", lambda: check_horovod(environ, gpus)),
+        ("mpi", lambda: check_mpi(environ)),
+    ]
+    with ThreadPoolExecutor(max_workers=len(checks)) as pool:
+        futures = [pool.submit(guarded, name, check) for name, check in checks]
+        return [future.result() for future in futures]
+
+
+def failed(results: Sequence[Check]) -> bool:
+    return any(result.status == "FAIL" for result in results)
+
+
+def render(results: Sequence[Check], as_json: bool) -> str:
+    """One line per check (`` -> fix`` on WARN and FAIL), or JSON with a summary."""
+    if as_json:
+        counts = {s: sum(r.status == s for r in results) for s in ("PASS", "WARN", "FAIL")}
+        summary = {**counts, "failed": failed(results)}
+        return json.dumps({"checks": [asdict(r) for r in results], "summary": summary}, indent=2)
+    lines = []
+    for r in results:
+        fix = f" -> {r.fix}" if r.status != "PASS" and r.fix else ""
+        lines.append(f"{r.status:<6}{r.name:<13}{r.detail}{fix}")
+    return "\n".join(lines)

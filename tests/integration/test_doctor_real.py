@@ -1,0 +1,49 @@
+"""``ctrain doctor`` for real: the console script, the real tools, TensorFlow and Horovod probes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+
+@pytest.mark.tensorflow
+@pytest.mark.horovod
+def test_doctor_json_on_this_machine(ctrain_bin: str) -> None:
+    done = subprocess.run(
+        [ctrain_bin, "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+        check=False,
+    )
+    data = json.loads(done.stdout)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert list(checks) == [
+        "runtime",
+        "cache",
+        "tmp",
+        "slurm",
+        "gpus",
+        "tensorflow",
+        "horovod",
+        "mpi",
+    ]
+    for check in checks.values():
+        assert check["status"] in ("PASS", "WARN", "FAIL")
+        assert "check crashed" not in check["detail"], check
+
+    tensorflow = checks["tensorflow"]
+    assert tensorflow["status"] == "PASS", tensorflow
+    assert tensorflow["detail"].startswith("2.18.1, tf_keras 2.18.0, ")
+
+    horovod = checks["horovod"]
+    assert horovod["status"] in ("PASS", "WARN"), horovod
+    assert "MPI yes, Gloo yes" in horovod["detail"]
+
+    failed = any(c["status"] == "FAIL" for c in checks.values())
+    assert data["summary"]["failed"] is failed
+    assert done.returncode == (1 if failed else 0), done.stderr
