@@ -45,5 +45,10 @@ lint:  ## ruff, mypy on src, shellcheck on shell files
 	$(VENV)/bin/mypy
 	shellcheck $$(git ls-files '*.sh' .ci/run)
 
+demo: system install services  ## fresh machine to a 2-worker training on the embedded data
+	@echo "== ctrain demo: 2 workers under srun on the local Slurm, embedded synthetic digits"
+	srun -n 2 -t 15 --kill-on-bad-exit=1 --export=ALL,PATH=$(CURDIR)/$(VENV)/bin:$$PATH,OMP_NUM_THREADS=1 \
+	  $(VENV)/bin/ctrain launch -- $(VPY) examples/mnist_cnn.py --out runs/demo
+
 clean:  ## remove the venv and build leftovers (the Horovod wheel cache stays)
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
