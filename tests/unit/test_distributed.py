@@ -1,0 +1,82 @@
+"""The training API's decisions that need no TensorFlow: placement, batch sizes, lr scaling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ctrain import launch
+from ctrain.distributed import Context, Placement, placement_from, prepare_environ
+from ctrain.errors import LaunchError
+from ctrain.modes import Mode
+from ctrain.plan import LaunchOptions
+
+
+@dataclass
+class TwoReplicas:
+    """Stands in for a tf.distribute strategy: only its replica count is read."""
+
+    num_replicas_in_sync: int = 2
+
+
+def placed(mode: Mode, rank: int = 0, size: int = 1) -> Placement:
+    return Placement(mode, rank, size, rank, size, "ring", 600)
+
+
+def test_placement_from_launch_variables() -> None:
+    env = {
+        "CTRAIN_LAUNCH_MODE": "horovod",
+        "CTRAIN_RANK": "1",
+        "CTRAIN_WORLD_SIZE": "2",
+        "CTRAIN_LOCAL_RANK": "1",
+        "CTRAIN_LOCAL_SIZE": "2",
+    }
+    assert placement_from(env) == Placement(Mode.HOROVOD, 1, 2, 1, 2, "ring", 600)
+    assert placement_from({}) is None
+    with pytest.raises(LaunchError, match="malformed CTRAIN_"):
+        placement_from({**env, "CTRAIN_RANK": "one"})
+
+
+def test_without_ctrain_launch_the_plan_is_made_in_process(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "https_proxy": "http://p:1"}
+    found = prepare_environ(env)
+    assert found == Placement(Mode.SINGLE, 0, 1, 0, 1, "ring", 600)
+    assert env["TF_USE_LEGACY_KERAS"] == "1"
+    assert "https_proxy" not in env
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "strategy", "replicas", "batch", "lr"),
+    [
+        (Mode.SINGLE, 1, TwoReplicas(1), 1, 32, 0.1),
+        (Mode.MIRRORED, 1, TwoReplicas(2), 2, 64, 0.2),  # one process splits a global batch
+        (Mode.MULTIWORKER, 2, TwoReplicas(2), 2, 64, 0.2),
+        (Mode.HOROVOD, 4, None, 4, 32, 0.4),  # each rank batches its own
+    ],
+)
+def test_batch_and_learning_rate(
+    mode: Mode, size: int, strategy: object, replicas: int, batch: int, lr: float
+) -> None:
+    ctx = Context(placed(mode, 0, size), strategy=strategy)
+    assert ctx.replicas == replicas
+    assert ctx.batch_size(32) == batch
+    assert ctx.global_batch(32) == 32 * replicas
+    assert ctx.scale_lr(0.1) == pytest.approx(lr)
+
+
+def test_only_the_chief_gets_the_checkpoint_path(tmp_path: Path) -> None:
+    chief = Context(placed(Mode.HOROVOD, 0, 2), strategy=None)
+    other = Context(placed(Mode.HOROVOD, 1, 2), strategy=None)
+    assert chief.checkpoint_dir(tmp_path / "ckpt") == tmp_path / "ckpt"
+    scratch = other.checkpoint_dir(tmp_path / "ckpt")
+    assert scratch.is_dir() and not scratch.is_relative_to(tmp_path)
+    assert (chief.verbose, other.verbose) == (1, 0)
+
+
+def test_horovod_mode_refused_when_horovod_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(LaunchError, match="Horovod is not importable") as caught:
+        launch.prepare(LaunchOptions(mode="horovod"), {})
+    assert "make install" in caught.value.fix
