@@ -122,9 +122,6 @@ def doctor(as_json: bool) -> None:
 # Commands whose implementation has not landed yet. They exist so that scripts and --help show
 # the whole interface; running one fails with a clear line instead of doing half a job.
 PLANNED = {
-    "exec": "Run a command in an image through its entrypoint (apptainer, docker, host).",
-    "run": "Run an image's runscript.",
-    "shell": "Open a shell in an image.",
     "pull": "Pull an image into the cache, atomically.",
     "build": "Build the GPU or CPU image.",
     "overlay": "Create and check ext3 overlays.",
@@ -153,3 +150,8 @@ def _planned(name: str, summary: str) -> click.Command:
 
 for _name, _summary in PLANNED.items():
     main.add_command(_planned(_name, _summary))
+
+from ctrain.cli_exec import exec_, run_, shell  # noqa: E402
+
+for _command in (exec_, run_, shell):
+    main.add_command(_command)

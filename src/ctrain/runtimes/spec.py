@@ -1,0 +1,173 @@
+"""What a container run asks for, validated: binds, overlay, environment, GPUs.
+
+Parsing is pure; ``check_paths`` is the one place that looks at the filesystem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from ctrain.errors import CtrainError
+
+Action = Literal["exec", "run", "shell"]
+
+# Variables that reach the container on every runtime (by prefix, or by exact name).
+PASSTHROUGH_PREFIXES = (
+    "SLURM_",
+    "SLURMD_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "NCCL_",
+    "HOROVOD_",
+    "CUDA_",
+    "NVIDIA_",
+    "CTRAIN_",
+)
+# TensorFlow's own variables by name: a TF_ prefix would also catch Terraform's.
+PASSTHROUGH_NAMES = (
+    "TF_CONFIG",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_CPP_MAX_VLOG_LEVEL",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_THREAD_MODE",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_USE_LEGACY_KERAS",
+    "TF_XLA_FLAGS",
+    "XLA_FLAGS",
+    "OMP_NUM_THREADS",
+    "PYTHONUNBUFFERED",
+    "TERM",
+    "LANG",
+)
+ALWAYS = {"PYTHONNOUSERSITE": "1"}  # ~/.local packages never shadow the image's
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class SpecError(CtrainError):
+    """A container option that cannot work as given."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Bind:
+    src: str
+    dst: str
+    mode: Literal["ro", "rw"] = "rw"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    path: str
+    readonly: bool
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    image: str
+    action: Action
+    command: tuple[str, ...]
+    nv: bool = False
+    gpus: tuple[str, ...] | None = None  # the GPUs this task may use; None: unknown (all)
+    binds: tuple[Bind, ...] = ()
+    overlay: Overlay | None = None
+    env: dict[str, str] = field(default_factory=dict)  # what the container gets set
+    workdir: str | None = None
+    user: tuple[int, int] | None = None
+    tty: bool = False
+
+
+def parse_bind(text: str) -> Bind:
+    """``SRC[:DST[:ro|rw]]``. ``SRC:rw`` (a bind onto a directory called rw) is refused."""
+    parts = text.split(":")
+    if not parts[0] or len(parts) > 3:
+        raise SpecError(f"bind {text!r} is not SRC[:DST[:ro|rw]]", "write -B /data:/data:ro")
+    src = parts[0]
+    if len(parts) == 2 and parts[1] in ("ro", "rw"):
+        raise SpecError(
+            f"bind {text!r} would mount {src} on a directory called {parts[1]!r}",
+            f"write -B {src}:{src}:{parts[1]}",
+        )
+    dst = parts[1] if len(parts) > 1 and parts[1] else src
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise SpecError(f"bind {text!r}: mode must be ro or rw, not {mode!r}", "use :ro or :rw")
+    if not PurePosixPath(dst).is_absolute():
+        raise SpecError(f"bind {text!r}: destination {dst!r} is not absolute", "start it with /")
+    return Bind(src, dst, "ro" if mode == "ro" else "rw")
+
+
+def parse_overlay(text: str) -> Overlay:
+    """``FILE[:ro]``."""
+    if text.endswith(":ro"):
+        return Overlay(text[:-3], True)
+    if text.endswith(":rw"):
+        return Overlay(text[:-3], False)
+    return Overlay(text, False)
+
+
+def parse_env_pair(text: str, where: str = "--env") -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not _KEY.match(key):
+        raise SpecError(f"{where} {text!r} is not NAME=VALUE", "write --env NAME=VALUE")
+    return key, value
+
+
+def parse_env_file(text: str, name: str) -> dict[str, str]:
+    """``NAME=VALUE`` lines; blank lines and ``#`` comments skipped."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, value = parse_env_pair(stripped.removeprefix("export "), f"{name}:{number}:")
+        found[key] = value
+    return found
+
+
+def passthrough(environ: Mapping[str, str]) -> dict[str, str]:
+    """The host variables that reach the container (Slurm, MPI, NCCL, CUDA, CTRAIN_, ...)."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_NAMES
+    }
+
+
+def container_env(environ: Mapping[str, str], asked: Mapping[str, str]) -> dict[str, str]:
+    """Passthrough, then the user's --env/--env-file, then the variables ctrain always sets."""
+    return {**passthrough(environ), **asked, **ALWAYS}
+
+
+def check_paths(binds: Sequence[Bind], overlay: Overlay | None, image_is_file: str | None) -> None:
+    """Every bind source, the overlay and a local image must exist before anything starts."""
+    for bind in binds:
+        if not Path(bind.src).exists():
+            raise SpecError(f"bind source {bind.src!r} does not exist", "create it or fix the path")
+    if overlay is not None and not Path(overlay.path).is_file():
+        raise SpecError(
+            f"overlay {overlay.path!r} does not exist",
+            "create it: ctrain overlay create PATH --size 15G",
+        )
+    if image_is_file is not None and not Path(image_is_file).is_file():
+        raise SpecError(
+            f"image {image_is_file!r} does not exist", "pull it first: ctrain pull -o PATH REF"
+        )
+
+
+def refuse_shared_rw_overlay(overlay: Overlay | None, environ: Mapping[str, str]) -> None:
+    """Several tasks of one step writing one overlay corrupt it."""
+    tasks = environ.get("SLURM_STEP_NUM_TASKS") or "1"
+    if overlay is not None and not overlay.readonly and tasks.isdigit() and int(tasks) > 1:
+        raise SpecError(
+            f"overlay {overlay.path} read-write in a Slurm step of {tasks} tasks",
+            f"mount it read-only: --overlay {overlay.path}:ro",
+        )

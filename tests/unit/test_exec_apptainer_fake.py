@@ -1,0 +1,187 @@
+"""`ctrain exec/run/shell` end to end with a fake `apptainer` on PATH that records what it got.
+
+Apptainer cannot be installed on the test machines; this checks the exact argv and environment
+ctrain hands it, the exec (same pid, exit code passed through) and the cache placement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FAKE = """#!/bin/sh
+python3 - "$@" <<'PY'
+import json, os, sys
+record = {"argv": sys.argv[1:], "pid": os.getppid(),
+          "env": {k: v for k, v in os.environ.items()
+                  if k.startswith(("APPTAINER", "SINGULARITY"))}}
+open(os.environ["FAKE_RECORD"], "w").write(json.dumps(record))
+PY
+exit "${FAKE_EXIT:-0}"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("apptainer", "singularity"):
+        (bin_dir / name).write_text(FAKE)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "img.sif").write_bytes(b"")
+    (tmp_path / "data").mkdir()
+    return {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "FAKE_RECORD": str(tmp_path / "record.json"),
+        "SLURM_JOB_ID": "7",
+        "PYTHONPATH": "/leak",
+    }
+
+
+def ctrain(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ctrain", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def record(env: dict[str, str]) -> dict[str, object]:
+    return json.loads(Path(env["FAKE_RECORD"]).read_text())  # type: ignore[no-any-return]
+
+
+def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: Path) -> None:
+    done = ctrain(
+        [
+            "exec",
+            "--nv",
+            "-B",
+            f"{tmp_path / 'data'}:/data:ro",
+            "--env",
+            "A=1,2",
+            str(tmp_path / "img.sif"),
+            "--",
+            "python",
+            "train.py",
+            "--epochs",
+            "3",
+        ],
+        {**fake, "FAKE_EXIT": "3"},
+        tmp_path,
+    )
+    assert done.returncode == 3, done.stderr  # the command's exit code is ctrain's
+    got = record(fake)
+    assert got["argv"] == [
+        "exec",
+        "--cleanenv",
+        "--nv",
+        "--bind",
+        f"{tmp_path / 'data'}:/data:ro",
+        "--pwd",
+        str(tmp_path),
+        str(tmp_path / "img.sif"),
+        "ctrain",
+        "launch",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "3",
+    ]
+    env = got["env"]
+    assert isinstance(env, dict)
+    assert env["APPTAINERENV_A"] == "1,2"
+    assert env["APPTAINERENV_SLURM_JOB_ID"] == "7"
+    assert env["APPTAINERENV_PYTHONNOUSERSITE"] == "1"
+    assert "APPTAINERENV_PYTHONPATH" not in env
+
+
+def test_singularity_gets_its_own_prefix(fake: dict[str, str], tmp_path: Path) -> None:
+    done = ctrain(
+        ["run", "--runtime", "singularity", str(tmp_path / "img.sif"), "--", "x"], fake, tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    got = record(fake)
+    assert got["argv"] == [
+        "run",
+        "--cleanenv",
+        "--pwd",
+        str(tmp_path),
+        str(tmp_path / "img.sif"),
+        "x",
+    ]
+    assert "SINGULARITYENV_SLURM_JOB_ID" in got["env"]  # type: ignore[operator]
+
+
+def test_remote_image_cache_is_kept_out_of_home(fake: dict[str, str], tmp_path: Path) -> None:
+    refused = ctrain(["exec", "docker://example/img:1", "--", "true"], fake, tmp_path)
+    assert refused.returncode != 0
+    assert refused.stderr.count("\n") == 1 and "CTRAIN_CACHE_DIR" in refused.stderr
+    assert not Path(fake["FAKE_RECORD"]).exists()
+
+    cache = tmp_path / "scratch" / "cache"
+    env = {**fake, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_MIN_FREE_GB": "1"}
+    done = ctrain(["exec", "docker://example/img:1", "--", "true"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = record(fake)["env"]
+    assert isinstance(got, dict)
+    assert got["APPTAINER_CACHEDIR"] == str(cache)
+    assert got["APPTAINER_TMPDIR"].startswith(str(cache))
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+
+    home_ok = ctrain(
+        ["exec", "--allow-home-cache", "docker://example/img:1", "--", "true"],
+        {**fake, "CTRAIN_MIN_FREE_GB": "1"},
+        tmp_path,
+    )
+    assert home_ok.returncode == 0, home_ok.stderr
+
+
+def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -> None:
+    done = ctrain(
+        ["exec", "--dry-run", str(tmp_path / "img.sif"), "--", "echo", "a b"], fake, tmp_path
+    )
+    assert done.returncode == 0
+    first = done.stdout.splitlines()[0]
+    assert first.endswith("ctrain launch -- echo 'a b'")
+    assert "  env SLURM_JOB_ID=7" in done.stdout.splitlines()
+    assert not Path(fake["FAKE_RECORD"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["exec", "-B", "/nonexistent-src:/x", "IMG", "--", "x"], "bind source"),
+        (["exec", "-B", "/tmp:rw", "IMG", "--", "x"], "directory called 'rw'"),
+        (["exec", "--env", "1BAD=x", "IMG", "--", "x"], "NAME=VALUE"),
+        (["exec", "IMG"], "no command given"),
+        (["exec", "--overlay", "/nonexistent.img", "IMG", "--", "x"], "overlay"),
+        (["exec", "--runtime", "docker", "--overlay", "OVL", "img", "--", "x"], "docker cannot"),
+        (["exec", "--runtime", "host", "-B", "/tmp", "--", "x"], "needs a container"),
+        (["exec", "/nonexistent.sif", "--", "x"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_runs_nothing(
+    fake: dict[str, str], tmp_path: Path, args: list[str], words: str
+) -> None:
+    (tmp_path / "ovl.img").write_bytes(b"")
+    args = [
+        str(tmp_path / "img.sif") if a == "IMG" else str(tmp_path / "ovl.img") if a == "OVL" else a
+        for a in args
+    ]
+    env = {**fake, "PATH": f"{fake['PATH']}:{os.path.dirname(sys.executable)}"}
+    done = ctrain(args, env, tmp_path)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert not Path(fake["FAKE_RECORD"]).exists()

@@ -1,0 +1,225 @@
+"""Argv and environment of every runtime for every option combination, against a golden file.
+
+Regenerate after an intended change: CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/test_runtimes.py
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ctrain.errors import CtrainError
+from ctrain.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.runtimes.docker import mount
+from ctrain.runtimes.spec import Bind, SpecError, parse_bind, parse_env_file
+
+GOLDEN = Path(__file__).parent / "golden" / "runtimes.json"
+HOST_ENV = {
+    "PATH": "/usr/bin",
+    "HOME": "/home/u",
+    "PYTHONPATH": "/home/u/leak",
+    "LD_LIBRARY_PATH": "/opt/leak",
+    "SLURM_JOB_ID": "42",
+    "SLURM_PROCID": "1",
+    "OMPI_COMM_WORLD_RANK": "1",
+    "PMIX_RANK": "1",
+    "NCCL_DEBUG": "INFO",
+    "HOROVOD_FUSION_THRESHOLD": "0",
+    "CUDA_VISIBLE_DEVICES": "2,3",
+    "CTRAIN_MODE": "auto",
+    "TF_CLI_CONFIG_FILE": "/terraform/is/not/tensorflow",
+}
+
+
+def which(name: str) -> str:
+    return f"/usr/bin/{name}"
+
+
+def combos() -> list[tuple[str, str, bool, bool, str | None]]:
+    return list(
+        itertools.product(
+            ("apptainer", "singularity", "docker", "podman", "host"),
+            ("exec", "run", "shell"),
+            (False, True),  # --nv
+            (False, True),  # binds
+            (None, "ov.img", "ov.img:ro"),
+        )
+    )
+
+
+def outcome(
+    tmp: Path, runtime: str, action: str, nv: bool, binds: bool, overlay: str | None
+) -> object:
+    data = tmp / "data"
+    request = Request(
+        runtime=runtime,
+        action=action,  # type: ignore[arg-type]
+        image=str(tmp / "img.sif"),
+        command=("python", "train.py", "--lr", "0.1") if action != "shell" else (),
+        nv=nv,
+        binds=(f"{data}:/data:ro", f"{data}:/out") if binds else (),
+        overlay=str(tmp / overlay) if overlay else None,
+        env_pairs=("EXTRA=a,b",),
+        cwd="/work",
+        user=(1000, 100),
+        python="/venv/bin/python",
+    )
+    try:
+        invocation = plan_invocation(request, HOST_ENV, which, ("2", "3"))
+    except CtrainError as exc:
+        return {"error": exc.message.replace(str(tmp), "TMP")}
+    added_to_process = {k: v for k, v in invocation.env.items() if HOST_ENV.get(k) != v}
+    return {
+        "argv": [a.replace(str(tmp), "TMP") for a in invocation.argv],
+        "process_env_added": added_to_process,
+    }
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "img.sif").write_bytes(b"SIF")
+    (tmp_path / "ov.img").write_bytes(b"")
+    return tmp_path
+
+
+def test_golden(files: Path) -> None:
+    found = {"/".join(map(str, combo)): outcome(files, *combo) for combo in combos()}
+    if os.environ.get("CTRAIN_REGEN_GOLDEN"):
+        GOLDEN.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+    expected = json.loads(GOLDEN.read_text())
+    assert found.keys() == expected.keys()
+    for key in found:
+        assert found[key] == expected[key], key
+
+
+def test_host_variables_never_leak_into_containers(files: Path) -> None:
+    for runtime in ("apptainer", "docker"):
+        result = outcome(files, runtime, "exec", False, False, None)
+        assert isinstance(result, dict)
+        flat = json.dumps(result)
+        assert "PYTHONPATH" not in flat and "LD_LIBRARY_PATH" not in flat
+        assert "TF_CLI_CONFIG_FILE" not in flat
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/tmp/with space", "/tmp/quote'and\"double", "/tmp/new\nline", "/tmp/comma,colon"],
+)
+def test_docker_mount_round_trips_weird_paths(path: str) -> None:
+    fields = next(csv.reader(io.StringIO(mount(Bind(path, "/data", "ro")))))
+    assert fields == ["type=bind", f"source={path}", "target=/data", "readonly"]
+
+
+@pytest.mark.parametrize("path", ["/tmp/with space", "/tmp/quote'and\"double", "/tmp/new\nline"])
+def test_apptainer_keeps_weird_paths_as_one_argument(tmp_path: Path, path: str) -> None:
+    src = tmp_path / path.lstrip("/")
+    src.mkdir(parents=True)
+    (tmp_path / "i.sif").write_bytes(b"")
+    request = Request(
+        "apptainer",
+        "exec",
+        str(tmp_path / "i.sif"),
+        ("true",),
+        binds=(f"{src}:/data:ro",),
+        launch=False,
+    )
+    argv = plan_invocation(request, {}, which, None).argv
+    assert f"{src}:/data:ro" in argv
+
+
+def test_apptainer_refuses_colons_in_bind_paths(tmp_path: Path) -> None:
+    src = tmp_path / "a,b"
+    src.mkdir()
+    (tmp_path / "i.sif").write_bytes(b"")
+    request = Request("apptainer", "exec", str(tmp_path / "i.sif"), ("true",), binds=(str(src),))
+    with pytest.raises(SpecError, match="cannot express"):
+        plan_invocation(request, {}, which, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("/data:rw", "directory called 'rw'"),
+        ("/data:ro", "directory called 'ro'"),
+        ("/data:data", "not absolute"),
+        ("/data:/d:rx", "mode must be ro or rw"),
+        (":/d", "not SRC"),
+        ("/a:/b:ro:x", "not SRC"),
+    ],
+)
+def test_bad_binds(text: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words) as caught:
+        parse_bind(text)
+    assert caught.value.fix
+
+
+def test_bind_defaults() -> None:
+    assert parse_bind("/data") == Bind("/data", "/data", "rw")
+    assert parse_bind("/data:/in:ro") == Bind("/data", "/in", "ro")
+
+
+def test_missing_paths_are_refused_before_launch(tmp_path: Path) -> None:
+    (tmp_path / "i.sif").write_bytes(b"")
+    for request, words in [
+        (Request("docker", "exec", "img", ("x",), binds=(str(tmp_path / "nope"),)), "bind source"),
+        (
+            Request(
+                "apptainer",
+                "exec",
+                str(tmp_path / "i.sif"),
+                ("x",),
+                overlay=str(tmp_path / "nope.img"),
+            ),
+            "overlay",
+        ),
+        (Request("apptainer", "exec", str(tmp_path / "missing.sif"), ("x",)), "image"),
+    ]:
+        with pytest.raises(SpecError, match=words):
+            plan_invocation(request, {}, which, None)
+
+
+def test_read_write_overlay_in_a_multi_task_step_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "i.sif").write_bytes(b"")
+    (tmp_path / "o.img").write_bytes(b"")
+    base = dict(runtime="apptainer", action="exec", image=str(tmp_path / "i.sif"), command=("x",))
+    step = {"SLURM_STEP_NUM_TASKS": "8"}
+    with pytest.raises(SpecError, match="8 tasks") as caught:
+        plan_invocation(Request(**base, overlay=str(tmp_path / "o.img")), step, which, None)  # type: ignore[arg-type]
+    assert ":ro" in caught.value.fix
+    plan_invocation(Request(**base, overlay=f"{tmp_path / 'o.img'}:ro"), step, which, None)  # type: ignore[arg-type]
+
+
+def test_env_file() -> None:
+    text = "# comment\n\nA=1\nexport B=two words\nC=\n"
+    assert parse_env_file(text, "f") == {"A": "1", "B": "two words", "C": ""}
+    with pytest.raises(SpecError, match="f:2:"):
+        parse_env_file("A=1\nnot a pair\n", "f")
+
+
+@pytest.mark.parametrize(
+    ("requested", "present", "expected"),
+    [
+        ("auto", {"apptainer", "docker"}, "apptainer"),
+        ("auto", {"singularity", "docker"}, "singularity"),
+        ("auto", {"docker", "podman"}, "docker"),
+        ("auto", {"podman"}, "podman"),
+        ("docker", {"apptainer", "docker"}, "docker"),
+        ("host", set(), "host"),
+    ],
+)
+def test_choose_runtime(requested: str, present: set[str], expected: str) -> None:
+    runtime, _ = choose_runtime(requested, lambda n: f"/bin/{n}" if n in present else None)
+    assert runtime is RUNTIMES[expected]
+
+
+def test_no_runtime_found_suggests_host() -> None:
+    with pytest.raises(CtrainError, match="no container runtime") as caught:
+        choose_runtime("auto", lambda n: None)
+    assert "--runtime host" in caught.value.fix
