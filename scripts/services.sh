@@ -26,6 +26,7 @@ LOGDIR=/var/log/ctrain
 HOST=$(hostname -s)
 
 SLURM_CONF=/etc/slurm/slurm.conf
+GRES_CONF=/etc/slurm/gres.conf
 SLURM_LOGDIR=/var/log/slurm
 SLURMCTLD_PID=/run/slurmctld.pid
 SLURMD_PID=/run/slurmd.pid
@@ -150,7 +151,28 @@ node_line() {
     local line
     line=$(slurmd -C | grep -m1 '^NodeName=') || die "slurmd -C printed no NodeName line"
     line=${line#NodeName=* }
-    echo "NodeName=$HOST NodeAddr=127.0.0.1 NodeHostname=$HOST $line State=UNKNOWN"
+    echo "NodeName=$HOST NodeAddr=127.0.0.1 NodeHostname=$HOST $line Gres=gpu:$GPUS State=UNKNOWN"
+}
+
+# GPUs for Slurm's bookkeeping. With real NVIDIA GPUs, those. Without (the test machines),
+# CTRAIN_FAKE_GPUS (4) character devices /dev/nvidia0..3 are made so that Slurm allocates GPUs
+# and sets CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS per step exactly as on a GPU cluster; nothing
+# can compute on them (TensorFlow finds no CUDA driver and runs on the CPU).
+setup_gpus() {
+    local count i
+    if count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') && [ "$count" -gt 0 ]; then
+        GPUS=$count
+    else
+        GPUS=${CTRAIN_FAKE_GPUS:-4}
+        for ((i = 0; i < GPUS; i++)); do
+            [ -e "/dev/nvidia$i" ] || mknod -m 0666 "/dev/nvidia$i" c 195 "$i"
+        done
+    fi
+    local gres="Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
+    if [ ! -f "$GRES_CONF" ] || [ "$(cat "$GRES_CONF")" != "$gres" ]; then
+        printf '%s\n' "$gres" >"$GRES_CONF"
+        SLURM_CONF_CHANGED=1
+    fi
 }
 
 slurm_conf_text() {
@@ -181,6 +203,8 @@ SchedulerType=sched/backfill
 # A node that was down comes back by itself once slurmd registers with a valid config.
 ReturnToService=2
 MpiDefault=none
+# GPUs as generic resources (see setup_gpus).
+GresTypes=gpu
 # slurmd and srun bind to the node's address (127.0.0.1), not to every interface (slurmctld 22.05
 # still listens on all of them).
 CommunicationParameters=NoInAddrAny
@@ -259,6 +283,7 @@ srun_ok() {
 
 start_slurm() {
     install -d -m 0755 /var/spool/slurmctld /var/spool/slurmd "$SLURM_LOGDIR"
+    setup_gpus
     write_slurm_conf
     # A changed config on running daemons: restart them so the new one is in force.
     if [ "$SLURM_CONF_CHANGED" = 1 ]; then
