@@ -67,9 +67,9 @@ def test_gpus_other_than_the_first_ones(tmp_path: Path) -> None:
     try:
         for _ in range(60):  # until the holder's step has its GPUs
             steps = subprocess.run(
-                ["squeue", "-h", "-s", "-o", "%i"], capture_output=True, text=True, timeout=30
+                ["squeue", "-h", "-s", "-o", "%j"], capture_output=True, text=True, timeout=30
             ).stdout
-            if steps.strip():
+            if "sleep" in steps.split():
                 break
             time.sleep(0.5)
         found = plans(tmp_path, 2, "--gres=gpu:2")
