@@ -34,7 +34,7 @@ from ctrain.settings import resolve
 
 
 @dataclass(frozen=True)
-class Placement:
+class Launched:
     """What ``ctrain launch`` told this process."""
 
     mode: Mode
@@ -46,12 +46,12 @@ class Placement:
     collective_timeout: int
 
 
-def placement_from(environ: Mapping[str, str]) -> Placement | None:
+def launched_from(environ: Mapping[str, str]) -> Launched | None:
     """The launch's decisions from CTRAIN_* variables, or None when not launched by ctrain."""
     if "CTRAIN_LAUNCH_MODE" not in environ:
         return None
     try:
-        return Placement(
+        return Launched(
             Mode(environ["CTRAIN_LAUNCH_MODE"]),
             int(environ["CTRAIN_RANK"]),
             int(environ["CTRAIN_WORLD_SIZE"]),
@@ -67,9 +67,9 @@ def placement_from(environ: Mapping[str, str]) -> Placement | None:
         ) from exc
 
 
-def prepare_environ(environ: MutableMapping[str, str]) -> Placement:
+def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     """Make the launch plan here when the script was started without ``ctrain launch``."""
-    found = placement_from(environ)
+    found = launched_from(environ)
     if found is not None:
         return found
     job = JobEnv.from_environ(environ, socket.gethostname())
@@ -80,7 +80,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Placement:
     for name in plan.env_unset:
         environ.pop(name, None)
     environ.update(plan.env_set)
-    placed = placement_from(environ)
+    placed = launched_from(environ)
     assert placed is not None
     return placed
 
@@ -89,7 +89,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Placement:
 class Context:
     """This process's part in the training: mode, ranks, strategy and chief-only duties."""
 
-    placement: Placement
+    placement: Launched
     strategy: Any  # tf.distribute.Strategy, or None under Horovod
     hvd: Any = None  # horovod.tensorflow.keras under Horovod
     _scratch: list[str] = field(default_factory=list)
@@ -193,7 +193,7 @@ class Context:
         return Path(scratch)
 
 
-def _tf_strategy(placed: Placement) -> Any:
+def _tf_strategy(placed: Launched) -> Any:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -220,7 +220,7 @@ def _tf_strategy(placed: Placement) -> Any:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
-def _horovod(placed: Placement, environ: Mapping[str, str]) -> Any:
+def _horovod(placed: Launched, environ: Mapping[str, str]) -> Any:
     try:
         import horovod.tensorflow.keras as hvd
     except ImportError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import launch
-from ctrain.distributed import Context, Placement, placement_from, prepare_environ
+from ctrain.distributed import Context, Launched, placement_from, prepare_environ
 from ctrain.errors import LaunchError
 from ctrain.modes import Mode
 from ctrain.plan import LaunchOptions
@@ -21,8 +21,8 @@ class TwoReplicas:
     num_replicas_in_sync: int = 2
 
 
-def placed(mode: Mode, rank: int = 0, size: int = 1) -> Placement:
-    return Placement(mode, rank, size, rank, size, "ring", 600)
+def placed(mode: Mode, rank: int = 0, size: int = 1) -> Launched:
+    return Launched(mode, rank, size, rank, size, "ring", 600)
 
 
 def test_placement_from_launch_variables() -> None:
@@ -33,16 +33,16 @@ def test_placement_from_launch_variables() -> None:
         "CTRAIN_LOCAL_RANK": "1",
         "CTRAIN_LOCAL_SIZE": "2",
     }
-    assert placement_from(env) == Placement(Mode.HOROVOD, 1, 2, 1, 2, "ring", 600)
-    assert placement_from({}) is None
+    assert launched_from(env) == Launched(Mode.HOROVOD, 1, 2, 1, 2, "ring", 600)
+    assert launched_from({}) is None
     with pytest.raises(LaunchError, match="malformed CTRAIN_"):
-        placement_from({**env, "CTRAIN_RANK": "one"})
+        launched_from({**env, "CTRAIN_RANK": "one"})
 
 
 def test_without_ctrain_launch_the_plan_is_made_in_process(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "https_proxy": "http://p:1"}
     found = prepare_environ(env)
-    assert found == Placement(Mode.SINGLE, 0, 1, 0, 1, "ring", 600)
+    assert found == Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600)
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert "https_proxy" not in env
 
