@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import launch
-from ctrain.distributed import Context, Launched, placement_from, prepare_environ
+from ctrain.distributed import Context, Launched, launched_from, prepare_environ
 from ctrain.errors import LaunchError
 from ctrain.modes import Mode
 from ctrain.plan import LaunchOptions
