@@ -1,0 +1,215 @@
+"""``ctrain pull --runtime docker`` against the real engine and the local registry on 127.0.0.1:5000
+(scripts/services.sh): a tiny image (Debian's static busybox, `docker import`ed) is pushed, removed
+locally, then pulled by ctrain. The engine's own event log tells whether a pull happened."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrain import images
+
+pytestmark = pytest.mark.docker
+
+REGISTRY = "127.0.0.1:5000"
+BUSYBOX = Path("/bin/busybox")
+TIMEOUT = 180
+
+
+def need(ok: bool, message: str) -> None:
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=TIMEOUT, check=check
+    )
+
+
+def registry_up() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def busybox_tar() -> bytes:
+    """A root filesystem holding only a static busybox and an sh link to it (fixed mtimes, so
+    the layer is the same on every run)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in ("bin",):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        data = BUSYBOX.read_bytes()
+        info = tarfile.TarInfo("bin/busybox")
+        info.size, info.mode, info.mtime = len(data), 0o755, 0
+        tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("bin/sh")
+        link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "busybox", 0
+        tar.addfile(link)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def pushed() -> Iterator[tuple[str, str]]:
+    """(reference, digest) of an image that is in the local registry but not in the engine."""
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    need(BUSYBOX.is_file(), f"{BUSYBOX} missing (make system installs busybox-static)")
+    ref = f"{REGISTRY}/ctrain-test/busybox:{os.getpid()}-{int(time.time())}"
+    subprocess.run(
+        ["docker", "import", "--change", 'CMD ["/bin/sh"]', "-", ref],
+        input=busybox_tar(),
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    try:
+        push = docker("push", ref)
+        found = re.search(r"digest: (sha256:[0-9a-f]{64})", push.stdout)
+        assert found, push.stdout
+        docker("rmi", ref)
+        yield ref, found.group(1)
+    finally:
+        docker("rmi", "-f", ref, check=False)
+
+
+@pytest.fixture
+def fresh(pushed: tuple[str, str]) -> tuple[str, str]:
+    """The pushed image, absent from the engine at the start of the test."""
+    docker("rmi", "-f", pushed[0], check=False)
+    return pushed
+
+
+def ctrain_pull(ctrain: str, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_RUNTIME": "docker"}
+    return subprocess.run(
+        [ctrain, "pull", *args], env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+
+
+def pull_events(ref: str, since: float) -> list[str]:
+    """Image pull events of ``ref`` the engine logged since ``since``."""
+    done = docker(
+        "events",
+        "--since",
+        f"{since:.3f}",
+        "--until",
+        f"{time.time():.3f}",
+        "--filter",
+        "type=image",
+        "--filter",
+        "event=pull",
+        "--format",
+        "{{.Actor.ID}}",
+    )
+    return [line for line in done.stdout.splitlines() if line.strip() == ref]
+
+
+def present(ref: str) -> bool:
+    return docker("image", "inspect", ref, check=False).returncode == 0
+
+
+def record_of(cache: Path, ref: str) -> Path:
+    return cache / "docker" / f"{images.safe_name(ref)}.json"
+
+
+def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
+    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+) -> None:
+    ref, digest = fresh
+    cache = tmp_path / "cache"
+    assert not present(ref)
+
+    start = time.time()
+    first = ctrain_pull(ctrain_bin, cache, ref)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == f"pulled {ref} -> {ref} ({digest})"
+    assert present(ref)
+    assert len(pull_events(ref, start)) == 1
+
+    record = record_of(cache, ref)
+    sidecar = images.read_sidecar(record)
+    assert sidecar is not None
+    assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "docker", digest)
+    image_id = json.loads(docker("image", "inspect", ref).stdout)[0]["Id"]
+    assert sidecar.image_id == image_id
+    recorded = record.read_bytes()
+
+    between = time.time()
+    for spelling in (ref, f"docker://{ref}"):
+        again = ctrain_pull(ctrain_bin, cache, spelling)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith(f"up to date: {ref} ({digest})")
+        assert again.stdout.rstrip().endswith("nothing downloaded")
+    assert pull_events(ref, between) == []
+    assert record.read_bytes() == recorded
+
+
+def test_force_asks_the_registry_which_has_nothing_new(
+    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+) -> None:
+    ref, digest = fresh
+    cache = tmp_path / "cache"
+    assert ctrain_pull(ctrain_bin, cache, ref).returncode == 0
+    start = time.time()
+    forced = ctrain_pull(ctrain_bin, cache, "--force", ref)
+    assert forced.returncode == 0, forced.stderr
+    assert len(pull_events(ref, start)) == 1  # docker pull ran...
+    assert "nothing downloaded (docker pull: up to date)" in forced.stdout  # ...and said so
+    sidecar = images.read_sidecar(record_of(cache, ref))
+    assert sidecar is not None and sidecar.digest == digest
+
+
+def test_three_concurrent_pulls_pull_once(
+    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+) -> None:
+    ref, digest = fresh
+    cache = tmp_path / "cache"
+    env = {**os.environ, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_RUNTIME": "docker"}
+    start = time.time()
+    procs = [
+        subprocess.Popen(
+            [ctrain_bin, "pull", ref],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], results
+    firsts = sorted(out.split()[0] for out, _ in results)
+    assert firsts == ["pulled", "up", "up"], results
+    assert len(pull_events(ref, start)) == 1
+    assert present(ref)
+
+
+def test_a_missing_image_is_one_line(
+    pushed: tuple[str, str], tmp_path: Path, ctrain_bin: str
+) -> None:
+    missing = f"{REGISTRY}/ctrain-test/no-such-image:1"
+    done = ctrain_pull(ctrain_bin, tmp_path / "cache", missing)
+    assert done.returncode == 5
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"ctrain: error: docker pull {missing} failed: ")
+    assert "Fix: check the reference, the registry and `docker login`" in line
+    assert "Traceback" not in done.stderr
+    assert not record_of(tmp_path / "cache", missing).exists()

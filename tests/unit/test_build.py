@@ -1,0 +1,123 @@
+"""`ctrain build` with the fake apptainer: argv, cache placement, and a target that appears
+whole or not at all. (A real docker build is in tests/integration/test_build_docker.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ctrain.build import BuildRequest, build_argv, check_request, default_target, temp_target
+from ctrain.runtimes.spec import SpecError
+
+from . import fake_apptainer
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    fake_apptainer.install(tmp_path / "bin")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "ctrain.def").write_text("Bootstrap: docker-daemon\nFrom: ctrain:0.1.0\n")
+    return {
+        "PATH": f"{tmp_path / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "FAKE_APPTAINER_LOG": str(tmp_path / "calls.jsonl"),
+        "CTRAIN_CACHE_DIR": str(tmp_path / "cache"),
+        "CTRAIN_MIN_FREE_GB": "1",
+    }
+
+
+def ctrain(
+    ctrain_bin: str, tmp: Path, env: dict[str, str], *args: str, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ctrain_bin, "build", *args],
+        env={**env, **extra},
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_argv() -> None:
+    sif = BuildRequest("apptainer", "/bin/apptainer", "a.def", "/x/a.sif", ("V=1",), fakeroot=True)
+    assert build_argv(sif) == [
+        "/bin/apptainer",
+        "build",
+        "--fakeroot",
+        "--build-arg",
+        "V=1",
+        str(temp_target(Path("/x/a.sif"))),
+        "a.def",
+    ]
+    engine = BuildRequest("docker", "/bin/docker", "/r/Dockerfile.gpu", "ctrain:1", ("B=x y",))
+    assert build_argv(engine) == [
+        "/bin/docker",
+        "build",
+        "--network",
+        "host",
+        "-f",
+        "/r/Dockerfile.gpu",
+        "-t",
+        "ctrain:1",
+        "--build-arg",
+        "B=x y",
+        "/r",
+    ]
+    assert default_target("definitions/ctrain-gpu.def", "apptainer") == "ctrain-gpu.sif"
+    assert default_target("docker://debian:12", "apptainer") == "debian.sif"
+
+
+def test_build_lands_whole_with_the_cache_out_of_home(
+    ctrain_bin: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    done = ctrain(ctrain_bin, tmp_path, env, "ctrain.def", "-o", "out.sif", "--build-arg", "V=2")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.sif").read_bytes()[32:41] == b"SIF_MAGIC"
+    assert [p.name for p in tmp_path.glob(".out.sif.build-*")] == []
+    (call,) = fake_apptainer.calls(tmp_path / "calls.jsonl")
+    assert call["argv"][:3] == ["build", "--build-arg", "V=2"]  # type: ignore[index]
+    assert call["env"]["APPTAINER_CACHEDIR"] == str(tmp_path / "cache")  # type: ignore[index]
+    assert "Build complete" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"FAKE_APPTAINER_FAIL": "build"}, "build exited 255"),
+        ({"FAKE_APPTAINER_BAD": "1"}, "not usable"),
+    ],
+)
+def test_a_failed_build_leaves_nothing(
+    ctrain_bin: str, tmp_path: Path, env: dict[str, str], extra: dict[str, str], words: str
+) -> None:
+    (tmp_path / "out.sif").write_bytes(b"previous")
+    done = ctrain(ctrain_bin, tmp_path, env, "ctrain.def", "-o", "out.sif", "--force", **extra)
+    assert done.returncode != 0
+    assert words in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
+    assert (tmp_path / "out.sif").read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.glob(".out.sif.build-*")] == []
+
+
+def test_refusals_write_nothing(ctrain_bin: str, tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "out.sif").write_bytes(b"previous")
+    for args, words in [
+        (("ctrain.def", "-o", "out.sif"), "exists"),
+        (("missing.def",), "does not exist"),
+        (("ctrain.def", "--build-arg", "novalue"), "NAME=VALUE"),
+        (("ctrain.def", "-o", "nodir/x.sif"), "does not exist"),
+    ]:
+        done = ctrain(ctrain_bin, tmp_path, env, *args)
+        assert done.returncode != 0
+        assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+    assert (tmp_path / "out.sif").read_bytes() == b"previous"
+    assert fake_apptainer.calls(tmp_path / "calls.jsonl") == []
+
+
+def test_engine_builds_tags_not_files() -> None:
+    with pytest.raises(SpecError, match="image tag"):
+        check_request(BuildRequest("docker", "docker", __file__, "out.sif"))

@@ -1,0 +1,356 @@
+"""``ctrain pull`` end to end against the fake apptainer (tests/unit/fake_apptainer.py): argv and
+environment, reuse, --force, killed and interrupted pulls, concurrent pulls, and bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ctrain import images
+from tests.unit import fake_apptainer
+
+REF_A = "docker://registry.example/team/train:1"
+REF_B = "docker://registry.example/team/train:2"
+TIMEOUT = 60
+
+
+class Env:
+    """A fake apptainer first on PATH, a cache under tmp, and helpers to run ctrain."""
+
+    def __init__(self, tmp: Path, ctrain: str) -> None:
+        self.tmp = tmp
+        self.ctrain = ctrain
+        self.log = tmp / "apptainer-calls.jsonl"
+        self.cache = tmp / "cache"
+        fake_apptainer.install(tmp / "bin")
+        (tmp / "home").mkdir()
+        self.vars = {
+            "PATH": f"{tmp / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(tmp / "home"),
+            "USER": "tester",
+            "FAKE_APPTAINER_LOG": str(self.log),
+            "CTRAIN_CACHE_DIR": str(self.cache),
+            "CTRAIN_MIN_FREE_GB": "1",
+            "XDG_CONFIG_HOME": str(tmp / "config"),
+        }
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**self.vars, **extra}
+
+    def run(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.ctrain, "pull", *args],
+            env=self.env(**extra),
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+
+    def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [self.ctrain, "pull", *args],
+            env=self.env(**extra),
+            cwd=self.tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def calls(self, verb: str | None = None) -> list[dict[str, object]]:
+        found = fake_apptainer.calls(self.log)
+        return [c for c in found if verb is None or c["argv"][0] == verb]  # type: ignore[index]
+
+
+@pytest.fixture
+def fake(tmp_path: Path, ctrain_bin: str) -> Env:
+    return Env(tmp_path, ctrain_bin)
+
+
+def content(ref: str) -> bytes:
+    header, body = fake_apptainer.sif_bytes(ref, 65536)
+    return header + body
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
+    done = fake.run(REF_A)
+    assert done.returncode == 0, done.stderr
+    target = fake.cache / "images" / "docker_registry.example_team_train_1.sif"
+    assert done.stdout.strip() == f"pulled {REF_A} -> {target}"
+    assert target.read_bytes() == content(REF_A)
+
+    pulls, inspects = fake.calls("pull"), fake.calls("inspect")
+    assert len(pulls) == 1 and len(inspects) == 1
+    argv = pulls[0]["argv"]
+    assert isinstance(argv, list) and argv[0] == "pull" and argv[2] == REF_A
+    temp = Path(argv[1])
+    assert temp.parent == target.parent
+    assert re.fullmatch(
+        r"\.docker_registry\.example_team_train_1\.sif\.pull-\d+-[0-9a-f]{8}", temp.name
+    )
+    assert inspects[0]["argv"] == ["inspect", str(temp)]
+    assert pulls[0]["env"] == {
+        "APPTAINER_CACHEDIR": str(fake.cache),
+        "APPTAINER_TMPDIR": str(fake.cache / "tmp"),
+        "SINGULARITY_CACHEDIR": str(fake.cache),
+    }
+    assert not temp.exists()
+
+    sidecar = images.read_sidecar(images.sidecar_of(target))
+    assert sidecar is not None
+    assert (sidecar.ref, sidecar.runtime, sidecar.ctrain_version) == (REF_A, "apptainer", "0.1.0")
+    assert sidecar.size == len(content(REF_A)) and sidecar.target == str(target)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", sidecar.pulled_at)
+    assert oct(fake.cache.stat().st_mode & 0o777) == "0o700"
+
+
+def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
+    assert fake.run(REF_A).returncode == 0
+    target = fake.cache / "images" / images.image_filename(REF_A)
+    sidecar_before = images.sidecar_of(target).read_bytes()
+
+    again = fake.run(REF_A)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"up to date: {target}") and "nothing downloaded" in again.stdout
+    assert len(fake.calls("pull")) == 1
+    assert images.sidecar_of(target).read_bytes() == sidecar_before
+
+    forced = fake.run("--force", REF_A)
+    assert forced.returncode == 0, forced.stderr
+    assert len(fake.calls("pull")) == 2
+    assert fake.calls("pull")[1]["argv"][1] == "--force"  # type: ignore[index]
+
+
+def test_ref_defaults_to_the_image_setting(fake: Env) -> None:
+    done = fake.run(CTRAIN_IMAGE=REF_B)
+    assert done.returncode == 0, done.stderr
+    assert (fake.cache / "images" / images.image_filename(REF_B)).read_bytes() == content(REF_B)
+
+
+def test_output_file_and_directory(fake: Env) -> None:
+    (fake.tmp / "out dir").mkdir()
+    done = fake.run(REF_A, "-o", "out dir")
+    assert done.returncode == 0, done.stderr
+    assert (fake.tmp / "out dir" / images.image_filename(REF_A)).read_bytes() == content(REF_A)
+    named = fake.tmp / "out dir" / 'train\'s "image".sif'
+    done = fake.run(REF_A, "-o", str(named))
+    assert done.returncode == 0, done.stderr
+    assert named.read_bytes() == content(REF_A)
+    assert images.read_sidecar(images.sidecar_of(named)) is not None
+
+
+def test_a_damaged_target_is_pulled_again(fake: Env) -> None:
+    assert fake.run(REF_A).returncode == 0
+    target = fake.cache / "images" / images.image_filename(REF_A)
+    with target.open("r+b") as handle:
+        handle.truncate(5000)
+    done = fake.run(REF_A)
+    assert done.returncode == 0, done.stderr
+    assert "damaged" in done.stderr and len(fake.calls("pull")) == 2
+    assert target.read_bytes() == content(REF_A)
+
+
+def test_another_ref_at_an_output_needs_force(fake: Env) -> None:
+    target = fake.tmp / "img.sif"
+    assert fake.run(REF_A, "-o", str(target)).returncode == 0
+    before = snapshot(fake.tmp / ".")
+    refused = fake.run(REF_B, "-o", str(target))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"ctrain: error: {target} holds {REF_A}, not {REF_B} "
+        "Fix: pass --force to replace it, or choose another -o"
+    )
+    assert snapshot(fake.tmp / ".") == {**before}
+    assert fake.run(REF_B, "-o", str(target), "--force").returncode == 0
+    assert target.read_bytes() == content(REF_B)
+
+
+def test_a_file_ctrain_did_not_pull_is_not_replaced(fake: Env) -> None:
+    mine = fake.tmp / "mine.sif"
+    mine.write_bytes(b"my own work")
+    refused = fake.run(REF_A, "-o", str(mine))
+    assert refused.returncode == 2 and "was not pulled by ctrain" in refused.stderr
+    assert mine.read_bytes() == b"my own work" and fake.calls("pull") == []
+
+
+@pytest.mark.parametrize("kill_after", [0.0, 0.4, 1.0])
+def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
+    fake: Env, kill_after: float
+) -> None:
+    target = fake.tmp / "img.sif"
+    assert fake.run(REF_A, "-o", str(target)).returncode == 0
+    previous = snapshot(fake.tmp)
+
+    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="3")
+    wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
+    temp = Path(fake.calls("pull")[1]["argv"][2])  # type: ignore[index]
+    wait_for(lambda: temp.exists() and temp.stat().st_size >= 4096, "the temporary file")
+    time.sleep(kill_after)
+    slow.send_signal(signal.SIGKILL)
+    slow.communicate(timeout=TIMEOUT)
+    orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
+    try:
+        assert target.read_bytes() == content(REF_A)
+        assert images.read_sidecar(images.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
+        assert temp.exists()  # left behind: SIGKILL gives ctrain no chance
+        after_kill = snapshot(fake.tmp)
+        for name in ("img.sif", "img.sif.json"):
+            assert after_kill[name] == previous[name]
+    finally:
+        if alive(orphan):  # the fake apptainer ctrain started, orphaned by the kill
+            os.kill(orphan, signal.SIGKILL)
+
+    done = fake.run(REF_B, "-o", str(target), "--force")
+    assert done.returncode == 0, done.stderr
+    assert f"removed {temp.name}, left by an interrupted pull" in done.stderr
+    assert not temp.exists()
+    assert not [p for p in fake.tmp.iterdir() if ".pull-" in p.name]
+    assert target.read_bytes() == content(REF_B)
+
+
+def test_sigterm_mid_pull_stops_the_download_and_removes_its_file(fake: Env) -> None:
+    target = fake.tmp / "img.sif"
+    assert fake.run(REF_A, "-o", str(target)).returncode == 0
+    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="5")
+    wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
+    temp = Path(fake.calls("pull")[1]["argv"][2])  # type: ignore[index]
+    wait_for(lambda: temp.exists() and temp.stat().st_size > 4096, "the temporary file")
+    slow.send_signal(signal.SIGTERM)
+    _, err = slow.communicate(timeout=TIMEOUT)
+    child = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
+    assert slow.returncode == 130
+    assert err.strip().splitlines()[-1] == (
+        "ctrain: error: pull stopped by SIGTERM; the previous image is untouched "
+        "Fix: run the same ctrain pull again"
+    )
+    assert "Traceback" not in err
+    assert not temp.exists()
+    wait_for(lambda: not alive(child), "the apptainer child to be gone", timeout=10)
+    assert target.read_bytes() == content(REF_A)
+
+
+def test_three_concurrent_pulls_download_once(fake: Env) -> None:
+    procs = [fake.start(REF_A, FAKE_APPTAINER_DELAY="1.5") for _ in range(3)]
+    results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], results
+    assert len(fake.calls("pull")) == 1
+    outs = sorted(out.split(":")[0].split(" ")[0] for out, _ in results)
+    assert outs == ["pulled", "up", "up"]
+    waited = [err for _, err in results if "waiting for another pull" in err]
+    assert len(waited) == 2 and all("ctrain pull, pid " in err for err in waited)
+    target = fake.cache / "images" / images.image_filename(REF_A)
+    assert target.read_bytes() == content(REF_A)
+    assert not [p for p in target.parent.iterdir() if ".pull-" in p.name]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"FAKE_APPTAINER_FAIL": "pull"}, "apptainer pull docker://"),
+        ({"FAKE_APPTAINER_BAD": "1"}, "wrote no valid SIF image"),
+        ({"FAKE_APPTAINER_FAIL": "inspect"}, "apptainer inspect rejects the pulled image"),
+    ],
+)
+def test_failed_pulls_leave_the_previous_target(
+    fake: Env, extra: dict[str, str], words: str
+) -> None:
+    target = fake.tmp / "img.sif"
+    assert fake.run(REF_A, "-o", str(target)).returncode == 0
+    files_before = files(fake.tmp)
+    done = fake.run(REF_B, "-o", str(target), "--force", **extra)
+    assert done.returncode == 5
+    lines = done.stderr.strip().splitlines()
+    assert words in lines[-1] and " Fix: " in lines[-1] and "Traceback" not in done.stderr
+    assert files(fake.tmp) == files_before  # target and sidecar as they were, no temporary
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    """What a pull may change, without its log and lock files (the lock records its holder)."""
+    return {
+        k: v
+        for k, v in snapshot(directory).items()
+        if k != "apptainer-calls.jsonl" and not k.endswith(".lock")
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "words"),
+    [
+        (["registry.example/x:1"], {}, "has no scheme Fix: write docker://registry.example/x:1"),
+        (["ftp://x"], {}, "apptainer cannot pull 'ftp://x'"),
+        ([REF_A, "-o", "nowhere/x.sif"], {}, "does not exist Fix: create it"),
+        ([REF_A, "--runtime", "docker", "-o", "x.sif"], {}, "-o/--output has no meaning"),
+        ([REF_A, "--runtime", "host"], {}, "has no images to pull"),
+        ([REF_A, "--runtime", "rocket"], {}, "--runtime 'rocket': must be one of"),
+        ([REF_A, "--min-free-gb", "0"], {}, "--min-free-gb '0': must be a positive integer"),
+        ([REF_A], {"CTRAIN_CACHE_DIR": ""}, "no directory for the Apptainer cache"),
+        ([REF_A], {"CTRAIN_RUNTIME": "nope"}, "CTRAIN_RUNTIME='nope'"),
+        ([REF_A], {"CTRAIN_IMAGE": "x"}, None),
+        ([], {"CTRAIN_IMAGE": ""}, "no image reference given"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    fake: Env, args: list[str], extra: dict[str, str], words: str | None
+) -> None:
+    if words is None:  # CTRAIN_IMAGE is only a default: an explicit REF wins
+        assert fake.run(*args, **extra).returncode == 0
+        return
+    before = snapshot(fake.tmp)
+    done = fake.run(*args, **extra)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ctrain: error: ") and " Fix: " in lines[0]
+    assert words in lines[0]
+    assert done.stdout == ""
+    assert snapshot(fake.tmp) == before and not fake.cache.exists()
+
+
+def test_too_little_free_space_is_refused_before_a_download(fake: Env) -> None:
+    done = fake.run(REF_A, CTRAIN_MIN_FREE_GB="100000000")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert "GiB needed" in lines[-1] and "CTRAIN_MIN_FREE_GB" in lines[-1]
+    assert fake.calls("pull") == []
+    assert not (fake.cache / "images" / images.image_filename(REF_A)).exists()
+
+
+def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
+    fake_apptainer.install(fake.tmp / "bin", "singularity")
+    done = fake.run(REF_A, "--runtime", "singularity")
+    assert done.returncode == 0, done.stderr
+    sidecar = images.read_sidecar(
+        images.sidecar_of(fake.cache / "images" / images.image_filename(REF_A))
+    )
+    assert sidecar is not None and sidecar.runtime == "singularity"
