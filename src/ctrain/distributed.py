@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctrain.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 from ctrain.errors import LaunchError
 from ctrain.jobenv import JobEnv
 from ctrain.modes import Mode
@@ -93,6 +94,7 @@ class Context:
     strategy: Any  # tf.distribute.Strategy, or None under Horovod
     hvd: Any = None  # horovod.tensorflow.keras under Horovod
     _scratch: list[str] = field(default_factory=list)
+    _preemption: dict[str, Any] = field(default_factory=dict)
 
     @property
     def mode(self) -> Mode:
@@ -191,6 +193,67 @@ class Context:
         self._scratch.append(scratch)
         atexit.register(shutil.rmtree, scratch, True)
         return Path(scratch)
+
+    def resume(
+        self,
+        model: Any,
+        path: str | os.PathLike[str],
+        config: Mapping[str, Any] | None = None,
+        restore_lr: bool = False,
+    ) -> int:
+        """Load the latest complete checkpoint under ``path`` (every rank reads it: a shared
+        file system) and return the epoch to give ``fit(initial_epoch=...)``; 0 when there is
+        none. Call it after ``model.compile`` and before ``fit``; give the same ``config`` (the
+        settings that make a checkpoint fit this run) as to ``preemption_callbacks``.
+
+        A checkpoint of another architecture or ``config`` is refused (CheckpointError). A run
+        stopped mid-epoch resumes at the same step: the first steps of that epoch read and drop
+        their batches, so keep each epoch's data order the same across restarts (no reshuffle,
+        or ``shuffle(..., seed=S, reshuffle_each_iteration=False)``). The learning rate stays the
+        one the script set (warm-up and schedules recompute it) unless ``restore_lr``.
+        Also installs the SIGUSR2 handler, so a signal from now on is not fatal.
+        """
+        from ctrain import preemption
+
+        epoch, step, found = preemption.resume(self, model, path, config, restore_lr)
+        self._preemption["resumed"] = (epoch, step)
+        self._preemption["from"] = found
+        return epoch
+
+    def preemption_callbacks(
+        self,
+        path: str | os.PathLike[str],
+        config: Mapping[str, Any] | None = None,
+        every_epochs: int = 1,
+        keep: int = 2,
+        exit: bool = True,
+        check_every: int = 1,
+    ) -> list[Any]:
+        """A callback that checkpoints to ``path`` (atomically, the chief; see ``resume``) every
+        ``every_epochs`` epochs and, when SIGUSR2 arrives on any rank, after the current step
+        on all ranks, then exits with ``REQUEUE_EXIT_CODE`` so the job script requeues the job.
+        Put it last in ``fit``'s callbacks. ``keep`` checkpoints are kept; ``check_every``
+        steps the ranks agree whether to stop (one small allreduce)."""
+        from ctrain import preemption
+
+        callback = preemption.Preemption(self, path, config, every_epochs, keep, exit, check_every)
+        self._preemption["callback"] = callback
+        return [callback]
+
+    @property
+    def preempted(self) -> bool:
+        """Training stopped on the signal (with ``exit=False``: exit with REQUEUE_EXIT_CODE)."""
+        callback = self._preemption.get("callback")
+        return bool(callback is not None and callback.stopped)
+
+    def load_dataset(
+        self, name: str, split: str, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> Any:
+        """A TensorFlow Datasets split from the local data directory (``ctrain data fetch`` /
+        ``ctrain data import`` put it there), never from the network. Shard it with ``shard``."""
+        from ctrain.data import load
+
+        return load(name, split, data_dir, **kwargs)
 
 
 def _tf_strategy(placed: Launched) -> Any:

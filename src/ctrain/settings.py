@@ -100,6 +100,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),
+    Setting("bench_workers", "1,2", "worker counts for ctrain bench, comma-separated", _text),
+    Setting("bench_model", "ResNet50", "Keras application model ctrain bench trains", _text),
+    Setting("bench_batch", 32, "images per worker and step in ctrain bench", _positive_int),
+    Setting("bench_image_size", 224, "image side in pixels in ctrain bench", _positive_int),
+    Setting("bench_steps", 100, "timed steps per ctrain bench run", _positive_int),
+    Setting("bench_iters", 10, "timed iterations the steps are split into", _positive_int),
+    Setting("bench_warmup", 10, "untimed first steps of each ctrain bench run", _positive_int),
+    Setting("bench_threads", None, "CPU threads per bench worker (none: TF's)", _positive_int),
+    Setting(
+        "bench_launcher",
+        "auto",
+        "what starts bench workers (auto: srun, else mpirun for horovod, else local)",
+        _choice("auto", "srun", "mpirun", "local"),
+    ),
+    Setting("bench_launcher_args", None, "more srun/mpirun options for ctrain bench", _text),
+    Setting("bench_script", None, "benchmark script (default: examples/ beside ctrain)", _text),
+    Setting("bench_timeout", 3600, "seconds one ctrain bench run may take", _positive_int),
+    Setting("bench_out", "runs/bench", "directory for ctrain bench's outputs", _text),
+    Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 

@@ -1,0 +1,125 @@
+"""A tiny model trained through ctrain's API with checkpoints, stop-on-signal and resume.
+
+    python train_resumable.py OUT_DIR EPOCHS [--signal-at EPOCH:STEP [--signal-rank R]]
+                              [--step-sleep SECONDS]
+                              [--units N] [--config-tag TAG]
+
+Every run (every restart) appends one line per rank to OUT_DIR/runs.jsonl: the restart count,
+where it started (epoch, step), and how it ended. Each completed epoch appends a line to
+OUT_DIR/epochs.jsonl (the chief). At the end each rank writes OUT_DIR/final-rank<R>.json with
+its weights. ``--signal-at`` sends this process SIGUSR2 before that step (0-based), as Slurm
+would before the time limit; ``--step-sleep`` slows steps down so a test can signal mid-epoch.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ctrain.distributed
+
+ctx = ctrain.distributed.init()
+
+import tensorflow as tf  # noqa: E402  (after init: TF_USE_LEGACY_KERAS is set by then)
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("epochs", type=int)
+parser.add_argument("--signal-at", default="")
+parser.add_argument("--signal-rank", type=int, default=None, help="only this rank signals")
+parser.add_argument("--step-sleep", type=float, default=0.0)
+parser.add_argument("--units", type=int, default=8)
+parser.add_argument("--config-tag", default="a")
+args = parser.parse_args()
+out: Path = args.out
+out.mkdir(parents=True, exist_ok=True)
+restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+
+tf.keras.utils.set_random_seed(1234)
+tf.config.experimental.enable_op_determinism()
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype("float32")
+y = (np.sin(x @ np.arange(1, 9, dtype="float32") / 8) + 0.5).reshape(-1, 1)
+data = ctx.shard(tf.data.Dataset.from_tensor_slices((x, y)))
+# The same order every epoch and after every restart: what exact resumption needs.
+data = data.shuffle(512, seed=7, reshuffle_each_iteration=False)
+data = data.batch(ctx.batch_size(16), drop_remainder=True)
+
+config = {"units": args.units, "tag": args.config_tag, "lr": 0.01}
+with ctx.scope():
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(8,)),
+            tf.keras.layers.Dense(args.units, activation="tanh"),
+            tf.keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=ctx.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
+
+checkpoints = out / "ckpt"
+initial_epoch = ctx.resume(model, checkpoints, config=config)
+resumed = ctx._preemption["resumed"]
+
+
+class Record(tf.keras.callbacks.Callback):
+    """Writes progress for the test; sends the signal; slows steps down when asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        at = args.signal_at
+        self.signal_at = tuple(int(v) for v in at.split(":")) if at else None
+        self.epoch = 0
+        self.batches = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batches = batch + 1
+        mine = args.signal_rank is None or args.signal_rank == ctx.rank
+        if (self.epoch, batch) == self.signal_at and mine:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+
+    def on_epoch_end(self, epoch, logs=None):
+        whole = self.batches == self.params["steps"]  # not cut short by the signal
+        if ctx.is_chief and whole:
+            with (out / "epochs.jsonl").open("a") as f:
+                f.write(json.dumps({"epoch": epoch, "restart": restart}) + "\n")
+
+
+def record_run(end: str) -> None:
+    with (out / "runs.jsonl").open("a") as f:
+        line = {
+            "restart": restart,
+            "rank": ctx.rank,
+            "mode": ctx.mode.value,
+            "start": list(resumed),
+            "end": end,
+            "job": os.environ.get("SLURM_JOB_ID"),
+            "python": sys.executable,
+        }
+        f.write(json.dumps(line) + "\n")
+
+
+callbacks = [*ctx.callbacks(), Record(), *ctx.preemption_callbacks(checkpoints, config=config)]
+try:
+    model.fit(
+        data,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks,
+        verbose=2 if ctx.verbose else 0,
+    )
+except SystemExit as stop:
+    record_run(f"exit {stop.code}")
+    raise
+record_run("done")
+report = {"rank": ctx.rank, "weights": [w.tolist() for w in model.get_weights()]}
+(out / f"final-rank{ctx.rank}.json").write_text(json.dumps(report))

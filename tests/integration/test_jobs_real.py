@@ -1,0 +1,290 @@
+"""The job scripts for real on the local Slurm: each mode rendered by `ctrain job render` and run
+to completion with the host runtime; a multiworker job signalled twice runs three times
+(SLURM_RESTART_COUNT 0, 1, 2), loses no completed epoch and ends with exactly the weights of an
+uninterrupted run; the multiworker script through the Docker runtime with the CPU image.
+
+The node is shared with the other tests: every wait is bounded, and a job left behind by a
+failed test is cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .jobs import BIN, SCRIPTS, clean_env
+
+CTRAIN = str(BIN / "ctrain")
+RESUMABLE = SCRIPTS / "train_resumable.py"
+EPOCHS = 5
+JOB_TIMEOUT = 420  # one job, all its runs, on a busy 2-core machine
+pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(900)]
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    return clean_env(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        OMPI_ALLOW_RUN_AS_ROOT="1",  # mpirun as root, as tests run here
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        **extra,
+    )
+
+
+def job_argv(action: str, mode: str, command: list[str], **options: str) -> list[str]:
+    """``ctrain job render|submit`` for this one-node, CPU-only Slurm."""
+    layout = {"--nodes": "1", "--gpus-per-node": "0", "--cpus-per-task": "1", "--mem": "2G"}
+    layout |= {"--time": "10", "--signal-seconds": "30", "--runtime": "host"}
+    if mode not in ("single", "mirrored"):
+        layout["--tasks-per-node"] = "2"
+    layout |= {f"--{k.replace('_', '-')}": v for k, v in options.items()}
+    options_argv = [a for kv in layout.items() for a in kv]
+    return [CTRAIN, "job", action, mode, *options_argv, "--", *command]
+
+
+def render(mode: str, command: list[str], **options: str) -> str:
+    argv = job_argv("render", mode, command, **options)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=job_env())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def sh(argv: list[str], timeout: float = 30) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{argv}: {done.stderr}"
+    return done.stdout
+
+
+def state(job: str) -> str:
+    """squeue's state and reason for the job; empty once it has left the queue."""
+    return sh(["squeue", "-h", "-j", job, "-o", "%T %r"]).strip()
+
+
+def job_record(job: str) -> dict[str, str]:
+    text = sh(["scontrol", "-o", "show", "job", job])
+    return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+
+HELD_SINCE: dict[str, float] = {}
+SETTLE = 10.0  # seconds for the previous run's steps and credential to be gone
+
+
+def release_if_held(job: str, status: str) -> None:
+    """A requeued job waits 2 minutes (BeginTime) before it may start again: let it go sooner,
+    but only once the previous run has fully ended (its steps gone, and some seconds past the
+    revocation of its credential: a start within the same second is killed by slurmd)."""
+    if not (status.startswith("PENDING") and "BeginTime" in status):
+        HELD_SINCE.pop(job, None)
+        return
+    since = HELD_SINCE.setdefault(job, time.monotonic())
+    if time.monotonic() - since < SETTLE or sh(["squeue", "-h", "-s", "-j", job]).strip():
+        return
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30
+    )
+
+
+@pytest.fixture
+def jobs_to_cancel() -> Iterator[list[str]]:
+    submitted: list[str] = []
+    yield submitted
+    for job in submitted:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+def submit(script: str, workdir: Path, submitted: list[str]) -> str:
+    path = workdir / "job.sbatch"
+    path.write_text(script)
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=workdir,
+        env=job_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    submitted.append(job)
+    return job
+
+
+def wait_done(job: str, workdir: Path, timeout: float = JOB_TIMEOUT) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while status := state(job):
+        release_if_held(job, status)
+        assert time.monotonic() < deadline, f"job {job} still {status}:\n{log(workdir)}"
+        time.sleep(2)
+    return job_record(job)
+
+
+def log(workdir: Path, tail: int = 4000) -> str:
+    """The job's log (the end of it, for failure messages; tail=0: all of it)."""
+    return "\n".join(p.read_text()[-tail:] for p in sorted(workdir.glob("*.out")))
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def final_weights(out: Path, ranks: int) -> list[object]:
+    return [json.loads((out / f"final-rank{r}.json").read_text())["weights"] for r in range(ranks)]
+
+
+def run_to_completion(mode: str, workdir: Path, submitted: list[str], epochs: int = EPOCHS) -> Path:
+    out = workdir / "out"
+    command = ["python", str(RESUMABLE), str(out), str(epochs)]
+    if mode == "single":  # through `ctrain job submit`, which prints the job id
+        argv = job_argv("submit", mode, command, job_name=mode)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, env=job_env(), cwd=workdir
+        )
+        assert done.returncode == 0, done.stderr
+        job = done.stdout.strip()
+        submitted.append(job)
+    else:
+        job = submit(render(mode, command, job_name=mode), workdir, submitted)
+    record = wait_done(job, workdir)
+    assert record["JobState"] == "COMPLETED", log(workdir)
+    assert record["ExitCode"] == "0:0" and record["Restarts"] == "0"
+    return out
+
+
+CASES = [
+    pytest.param("single", 1, id="single"),
+    pytest.param("mirrored", 1, id="mirrored"),
+    pytest.param("horovod-srun", 2, id="horovod-srun", marks=pytest.mark.horovod),
+    pytest.param(
+        "horovod-mpirun", 2, id="horovod-mpirun", marks=[pytest.mark.horovod, pytest.mark.mpi]
+    ),
+]
+
+
+@pytest.mark.parametrize(("mode", "ranks"), CASES)
+def test_job_script_runs_to_completion(
+    mode: str, ranks: int, tmp_path: Path, jobs_to_cancel: list[str]
+) -> None:
+    out = run_to_completion(mode, tmp_path, jobs_to_cancel, epochs=2)
+    runs = lines(out / "runs.jsonl")
+    expected_mode = "horovod" if mode.startswith("horovod") else mode
+    assert sorted(r["rank"] for r in runs) == list(range(ranks))  # type: ignore[type-var]
+    assert all(r["mode"] == expected_mode and r["end"] == "done" for r in runs)
+    weights = final_weights(out, ranks)
+    assert all(w == weights[0] for w in weights)
+    assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == [0, 1]
+    text = log(tmp_path)
+    assert "run 0 on" in text and "ended with exit code 0" in text
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The multiworker job script run to completion: the reference for the requeue test."""
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    submitted: list[str] = []
+    try:
+        yield run_to_completion("multiworker", workdir, submitted)
+    finally:
+        for job in submitted:
+            subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+def test_multiworker_job_script_runs_to_completion(uninterrupted: Path) -> None:
+    runs = lines(uninterrupted / "runs.jsonl")
+    assert sorted(r["rank"] for r in runs) == [0, 1]  # type: ignore[type-var]
+    assert all(r["mode"] == "multiworker" and r["end"] == "done" for r in runs)
+    first, second = final_weights(uninterrupted, 2)
+    assert first == second
+
+
+def wait_for_epoch_of_run(job: str, out: Path, restart: int, workdir: Path) -> None:
+    """Until the run ``restart`` of the job has completed an epoch (so it is training)."""
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not any(e["restart"] == restart for e in lines(out / "epochs.jsonl")):
+        status = state(job)
+        assert status, f"job {job} ended before run {restart} trained:\n{log(workdir)}"
+        release_if_held(job, status)
+        assert time.monotonic() < deadline, f"run {restart} of job {job} did not train"
+        time.sleep(1)
+
+
+def test_requeue_loop_resumes_exactly(
+    uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
+) -> None:
+    out = tmp_path / "out"
+    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), "--step-sleep", "0.15"]
+    job = submit(render("multiworker", command, job_name="requeue"), tmp_path, jobs_to_cancel)
+    for restart in (0, 1):
+        wait_for_epoch_of_run(job, out, restart, tmp_path)
+        sh(["scancel", "--signal=USR2", "--batch", job])  # what Slurm does before the limit
+    record = wait_done(job, tmp_path)
+    assert record["JobState"] == "COMPLETED", log(tmp_path)
+    assert record["Restarts"] == "2", log(tmp_path)
+    text = log(tmp_path, tail=0)
+
+    runs = lines(out / "runs.jsonl")
+    by_restart = {k: [r for r in runs if r["restart"] == k] for k in (0, 1, 2)}
+    assert len(runs) == 6 and all(len(v) == 2 for v in by_restart.values()), runs
+    assert {r["job"] for r in runs} == {job}
+    assert [sorted({str(r["end"]) for r in by_restart[k]}) for k in (0, 1, 2)] == [
+        ["exit 75"],
+        ["exit 75"],
+        ["done"],
+    ]
+    # each run starts where the previous one stopped, both ranks at the same step
+    starts = [{tuple(r["start"]) for r in by_restart[k]} for k in (0, 1, 2)]  # type: ignore[arg-type]
+    assert all(len(s) == 1 for s in starts) and starts[0] == {(0, 0)}
+    checkpoints = sorted(p.name for p in (out / "ckpt").iterdir())
+    assert checkpoints[-1] == f"ckpt-e{EPOCHS:06d}-s000000000"
+    # no completed epoch lost or repeated, and the count goes on to the requested total
+    epochs = lines(out / "epochs.jsonl")
+    assert [e["epoch"] for e in epochs] == list(range(EPOCHS)), epochs
+    assert sorted({int(e["restart"]) for e in epochs}) == [0, 1, 2]  # type: ignore[call-overload]
+    assert text.count("requeueing job") == 2 and text.count("SIGUSR2 received") == 2
+    # bit for bit the uninterrupted run's weights, on both ranks
+    assert final_weights(out, 2) == final_weights(uninterrupted, 2)
+
+
+def cpu_image() -> str | None:
+    """The CPU image of issue 7's recipe built in this CI run (tests/integration/test_images.py
+    builds ctrain:ci-cpu from this checkout), or $CTRAIN_TEST_CPU_IMAGE."""
+    wanted = os.environ.get("CTRAIN_TEST_CPU_IMAGE", "ctrain:ci-cpu")
+    if shutil.which("docker") is None:
+        return None
+    found = subprocess.run(["docker", "image", "inspect", wanted], capture_output=True, timeout=60)
+    return wanted if found.returncode == 0 else None
+
+
+@pytest.mark.docker
+def test_multiworker_job_script_through_docker_requeued_once(
+    uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
+) -> None:
+    image = cpu_image()
+    if image is None:
+        pytest.skip("pending: no CPU image (ctrain:ci-cpu, built by tests/integration/test_images)")
+    shutil.copy(RESUMABLE, tmp_path / "train.py")  # docker binds the working directory
+    out = tmp_path / "out"
+    command = ["python", str(tmp_path / "train.py"), str(out), str(EPOCHS), "--step-sleep", "0.15"]
+    script = render("multiworker", command, runtime="docker", image=image, job_name="docker")
+    job = submit(script, tmp_path, jobs_to_cancel)
+    wait_for_epoch_of_run(job, out, 0, tmp_path)
+    sh(["scancel", "--signal=USR2", "--batch", job])  # through srun, docker and tini
+    record = wait_done(job, tmp_path)
+    assert record["JobState"] == "COMPLETED", log(tmp_path)
+    assert record["Restarts"] == "1", log(tmp_path)
+    runs = lines(out / "runs.jsonl")
+    assert sorted((r["restart"], r["end"]) for r in runs) == [  # type: ignore[type-var]
+        (0, "exit 75"),
+        (0, "exit 75"),
+        (1, "done"),
+        (1, "done"),
+    ]
+    assert all(r["mode"] == "multiworker" for r in runs)
+    assert all(r["python"] != str(BIN / "python") for r in runs)  # the image's, not this venv's
+    assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == list(range(EPOCHS))
+    assert final_weights(out, 2) == final_weights(uninterrupted, 2)

@@ -1,0 +1,164 @@
+"""The job scripts' own logic, run by bash with fake srun, mpirun and scontrol on PATH: the step
+they start, the signal they pass on, the requeue on exit code 75 and only then.
+
+(The real runs under Slurm are in tests/integration/test_jobs_real.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ctrain import jobs
+from ctrain.checkpoints import REQUEUE_EXIT_CODE
+from ctrain.jobs import JobRequest
+
+FAKE_STEP = """#!/bin/bash
+# A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.
+printf '%s\\n' "$(basename "$0")" "$@" > "$FAKE_DIR/argv"
+case "$FAKE_MODE" in
+    exit:*) exit "${FAKE_MODE#exit:}" ;;
+    trap)
+        got=0
+        trap 'got=$((got + 1)); echo "$got" > "$FAKE_DIR/usr2"' USR2
+        touch "$FAKE_DIR/started"
+        while [ "$got" -lt "${FAKE_SIGNALS:-1}" ]; do sleep 0.05; done
+        exit "${FAKE_EXIT:-75}"
+        ;;
+esac
+"""
+FAKE_SCONTROL = """#!/bin/bash
+printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
+"""
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_STEP), ("mpirun", FAKE_STEP), ("scontrol", FAKE_SCONTROL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return tmp_path
+
+
+def script(fakes: Path, mode: str = "single") -> Path:
+    request = JobRequest(mode, ("python", "train.py", "--epochs", "3"), nodes=1, gpus_per_node=0)
+    path = fakes / f"{mode}.sbatch"
+    path.write_text(jobs.render(request))
+    return path
+
+
+def env(fakes: Path, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": f"{fakes / 'bin'}{os.pathsep}/usr/bin:/bin",
+        "FAKE_DIR": str(fakes),
+        "SLURM_JOB_ID": "77",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "node1",
+        **extra,
+    }
+
+
+def run(path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(path)], env=environ, capture_output=True, text=True, timeout=60
+    )
+
+
+def wait_for(path: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", jobs.MODES)
+def test_the_step_runs_ctrain_exec_with_the_command(fakes: Path, mode: str) -> None:
+    done = run(script(fakes, mode), env(fakes, FAKE_MODE="exit:0", CTRAIN_IMAGE="img x"))
+    assert done.returncode == 0, done.stderr
+    argv = (fakes / "argv").read_text().splitlines()
+    tail = ["ctrain", "exec", "img x", "--", "python", "train.py", "--epochs", "3"]
+    assert argv[-len(tail) :] == tail
+    launcher = {"horovod-srun": ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"]}.get(
+        mode, ["srun", "--kill-on-bad-exit=1"]
+    )
+    if mode == "horovod-mpirun":
+        launcher = ["mpirun", "-np", "2", "--bind-to", "none"]
+    assert argv[: len(launcher)] == launcher
+    assert not (fakes / "scontrol").exists()
+
+
+def test_arguments_replace_the_default_command(fakes: Path) -> None:
+    path = script(fakes)
+    done = subprocess.run(
+        ["bash", str(path), "python", "other.py", "a b"],
+        env=env(fakes, FAKE_MODE="exit:0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0
+    assert (fakes / "argv").read_text().splitlines()[-3:] == ["python", "other.py", "a b"]
+
+
+def test_a_failure_is_passed_on_and_not_requeued(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE="exit:3"))
+    assert done.returncode == 3
+    assert "ended with exit code 3" in done.stdout
+    assert not (fakes / "scontrol").exists()
+
+
+def test_the_requeue_exit_code_requeues_the_job(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE=f"exit:{REQUEUE_EXIT_CODE}"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (fakes / "scontrol").read_text().split() == ["requeue", "77"]
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_usr2_is_passed_to_the_step_then_the_job_is_requeued(fakes: Path, signals: int) -> None:
+    proc = subprocess.Popen(
+        ["bash", str(script(fakes, "multiworker"))],
+        env=env(fakes, FAKE_MODE="trap", FAKE_SIGNALS=str(signals)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(fakes / "started")
+        for count in range(1, signals + 1):
+            proc.send_signal(signal.SIGUSR2)
+            wait_for(fakes / "usr2")
+            deadline = time.monotonic() + 10
+            while (fakes / "usr2").read_text().strip() != str(count):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert out.count("SIGUSR2 received") == signals
+    assert (fakes / "scontrol").read_text().split() == ["requeue", "77"]
+
+
+def test_usr2_then_a_normal_end_is_not_requeued(fakes: Path) -> None:
+    proc = subprocess.Popen(
+        ["bash", str(script(fakes))],
+        env=env(fakes, FAKE_MODE="trap", FAKE_EXIT="0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(fakes / "started")
+        proc.send_signal(signal.SIGUSR2)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert not (fakes / "scontrol").exists()
