@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from ctrain.errors import ExternalToolError
@@ -65,3 +67,58 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
         raise ExternalToolError(
             f"cannot run {program}: {exc.strerror}", "check the command"
         ) from exc
+
+
+def stream(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    on_line: Callable[[str], None],
+    timeout: float | None = None,
+) -> int:
+    """Run ``argv`` with stdout and stderr merged, handing each line to ``on_line`` as it comes;
+    return the exit code. Past ``timeout`` seconds it is sent SIGTERM (srun passes it to the
+    tasks), then SIGKILL 15 s later, and the run counts as failed."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+    except FileNotFoundError as exc:
+        raise ExternalToolError(
+            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
+        ) from exc
+    expired = threading.Event()
+
+    def stop() -> None:
+        expired.set()
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+            return
+        proc.kill()
+
+    timer = threading.Timer(timeout, stop) if timeout else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_line(line)
+        code = proc.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if expired.is_set():
+        raise ExternalToolError(
+            f"{' '.join(argv[:3])}... did not finish within {timeout} s", "give it more time"
+        )
+    return code

@@ -1,0 +1,121 @@
+"""`make bench`: what ctrain costs on top of plain TensorFlow, measured side by side in one run.
+
+    .venv/bin/python benchmarks/run.py [--out runs/bench] [--only cold,launch,scaling,input,memory]
+
+Sections (README.md, section Benchmarks, shows the figures):
+  cold     CLI cold start: `ctrain --version`, `ctrain exec --dry-run` against `python -c pass`
+  launch   time to the first training step: direct, `ctrain launch`, `srun ctrain launch`,
+           `docker run` and `ctrain exec` on the docker runtime (when the image is there)
+  scaling  2 workers against 1, one thread each, multiworker and horovod, via `ctrain bench`
+  input    the examples' real-data tf.data pipeline against synthetic tensors, same model
+  memory   peak resident memory per worker against the same script run directly
+
+Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
+`make install services`. Numbers are ratios taken in the same run, interleaved where it
+matters, so a busy machine moves both sides; they are still noisy on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import REPO, T0, say
+from overhead import cold_start, cold_table, launch_overhead, launch_table, memory, memory_table
+from throughput import input_pipeline, input_table, scaling, scaling_table
+
+SECTIONS = ("cold", "launch", "scaling", "input", "memory")
+
+
+def find_image(requested: str | None) -> str | None:
+    """The CPU image with TensorFlow and ctrain (`make image-cpu`), if the Docker engine has it:
+    --image, else $CTRAIN_BENCH_IMAGE, else ctrain:VERSION-cpu, local or in the local registry."""
+    from ctrain import __version__
+
+    wanted = requested or os.environ.get("CTRAIN_BENCH_IMAGE")
+    tag = f"ctrain:{__version__}-cpu"
+    for candidate in [wanted] if wanted else [tag, f"127.0.0.1:5000/{tag}"]:
+        try:
+            done = subprocess.run(
+                ["docker", "image", "inspect", candidate], capture_output=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", default=str(REPO / "runs" / "bench"))
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--reps", type=int, default=3, help="launch-overhead repetitions")
+    parser.add_argument("--cold-reps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per scaling run")
+    parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
+    args = parser.parse_args(argv)
+    only = [s for s in args.only.split(",") if s]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"  # logs and reports of the single runs; replaced on every run
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    image = find_image(args.image)
+    load_before = os.getloadavg()
+    results: dict[str, Any] = {}
+    tables: list[tuple[str, str]] = []
+    say(f"sections: {', '.join(only)}; work dir {work}")
+    if "cold" in only:
+        say("cold start")
+        results["cold"] = cold_start(args.cold_reps, image)
+        tables.append(("CLI cold start", cold_table(results["cold"])))
+    if "launch" in only:
+        results["launch"] = launch_overhead(args.reps, image, work)
+        tables.append(("Launch overhead", launch_table(results["launch"])))
+    if "scaling" in only or "memory" in only:
+        results["scaling"] = scaling(out, args.steps)
+        if "scaling" in only:
+            tables.append(("Data-parallel efficiency", scaling_table(results["scaling"])))
+    if "input" in only:
+        try:
+            results["input"] = input_pipeline(work)
+            tables.append(("Input pipeline", input_table(results["input"])))
+        except (RuntimeError, OSError, KeyError) as exc:
+            tables.append(("Input pipeline", f"failed: {exc}"))
+    if "memory" in only:
+        try:
+            results["memory"] = memory(work, results["scaling"], args.steps)
+            tables.append(("Memory", memory_table(results["memory"])))
+        except (RuntimeError, OSError, KeyError) as exc:
+            tables.append(("Memory", f"failed: {exc}"))
+    load_after = os.getloadavg()
+    elapsed = time.monotonic() - T0
+    head = (
+        f"`make bench` on {platform.node()} ({os.cpu_count()} CPUs, "
+        f"{platform.python_implementation()} {platform.python_version()}), "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, {elapsed / 60:.1f} min; load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after."
+    )
+    text = head + "\n\n" + "\n\n".join(f"### {title}\n\n{body}" for title, body in tables) + "\n"
+    (out / "report.md").write_text(text)
+    results.update(elapsed_s=elapsed, load_before=load_before, load_after=load_after, image=image)
+    (out / "report.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(text)
+    say(f"wrote {out / 'report.md'} and {out / 'report.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

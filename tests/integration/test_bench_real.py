@@ -1,0 +1,67 @@
+"""`ctrain bench` end to end on the local Slurm: srun at 1 and 2 workers, then the JSON, the
+Markdown table and the PNG plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .jobs import BIN, clean_env
+
+CTRAIN = str(BIN / "ctrain")
+TINY = ["--model", "MobileNetV2", "--image-size", "32", "--batch", "8", "--steps", "6",
+        "--iters", "3", "--warmup", "2", "--threads", "1", "--timeout", "300"]  # fmt: skip
+
+
+def bench(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [CTRAIN, "bench", *args, *TINY, "--out", str(out)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done
+
+
+def check_outputs(out: Path, modes: list[str]) -> dict[str, object]:
+    data: dict[str, object] = json.loads((out / "bench.json").read_text())
+    runs = data["runs"]
+    scaling = data["scaling"]
+    assert isinstance(runs, list) and isinstance(scaling, list)
+    assert [r["workers"] for r in runs] == [1, 2]
+    assert [r["mode"] for r in runs] == modes
+    assert all(r["total"] > 0 and r["per_worker"] > 0 for r in runs)
+    assert len(runs[1]["peak_rss_mb"]) == 2  # both ranks reported
+    assert scaling[0]["speedup"] == 1.0 and scaling[0]["efficiency"] == 1.0
+    two = scaling[1]
+    assert two["speedup"] == pytest.approx(runs[1]["total"] / runs[0]["total"])
+    assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    table = (out / "bench.md").read_text()
+    assert "| workers | mode | images/s (total) |" in table
+    assert f"| 2 | {modes[1]} | {runs[1]['total']:.1f} |" in table
+    png = (out / "speedup.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert (out / "logs" / "w2.log").read_text().startswith("$ srun -n 2 ")
+    return data
+
+
+@pytest.mark.slurm
+@pytest.mark.tensorflow
+def test_bench_auto_mode_under_srun(tmp_path: Path) -> None:
+    done = bench(tmp_path, "--workers", "1,2")
+    check_outputs(tmp_path, ["single", "multiworker"])
+    assert "| 2 | multiworker |" in done.stdout  # the table on stdout
+    assert "2/8" in done.stderr and "8/8" in done.stderr  # the progress bar on stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.horovod
+def test_bench_horovod_under_srun_pmix(tmp_path: Path) -> None:
+    bench(tmp_path, "--mode", "horovod", "--workers", "1,2")
+    data = check_outputs(tmp_path, ["horovod", "horovod"])
+    assert "--mpi=pmix" in data["runs"][1]["argv"]  # type: ignore[index]

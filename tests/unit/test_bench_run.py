@@ -1,0 +1,169 @@
+"""ctrain bench's side effects without Slurm: the run loop with a recording fake of
+runner.stream, the outputs (JSON, Markdown, PNG), and the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ctrain import bench_run, runner
+from ctrain.bench import BenchOptions, scaling_rows
+from ctrain.cli import main
+from ctrain.errors import ExternalToolError
+
+from .test_bench import rank_report, result
+
+
+def test_plot_is_a_png(tmp_path: Path) -> None:
+    rows = scaling_rows([result(1, 100), result(2, 190), result(4, 350)])
+    path = tmp_path / "sub" / "speedup.png"
+    bench_run.plot_speedup(rows, path, "a title")
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert path.stat().st_size > 10_000
+
+
+def test_plot_of_one_count(tmp_path: Path) -> None:
+    bench_run.plot_speedup(scaling_rows([result(1, 100)]), tmp_path / "one.png", "one")
+    assert (tmp_path / "one.png").is_file()
+
+
+# ------------------------------------------------------------------- the run loop, faked
+
+
+class FakeStream:
+    """Stands in for runner.stream: records argv, writes the ranks' reports, prints lines."""
+
+    def __init__(self, rate_per_worker: Callable[[int], float], code: int = 0) -> None:
+        self.rate_per_worker, self.code = rate_per_worker, code
+        self.calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        on_line: Callable[[str], None],
+        timeout: float | None = None,
+    ) -> int:
+        self.calls.append((list(argv), dict(env or {})))
+        workers = int(argv[argv.index("-n") + 1])
+        report = Path(argv[argv.index("--report") + 1])
+        report.mkdir(parents=True, exist_ok=True)
+        rate = self.rate_per_worker(workers)
+        for rank in range(workers):
+            data = rank_report(rank, [rate, rate], replicas=workers)
+            (report / f"rank{rank}.json").write_text(json.dumps(data))
+        on_line("Running benchmark...\n")
+        on_line(f"Iter #0: {rate} img/sec per worker\n")
+        on_line(f"Iter #1: {rate} img/sec per worker\n")
+        return self.code
+
+
+@pytest.fixture
+def fake_stream(monkeypatch: pytest.MonkeyPatch) -> FakeStream:
+    fake = FakeStream(lambda workers: 100.0 - 10 * (workers - 1))
+    monkeypatch.setattr(runner, "stream", fake)
+    monkeypatch.setattr(runner, "which", lambda program, env=None: f"/usr/bin/{program}")
+    return fake
+
+
+def test_run_loop_with_a_fake_launcher(tmp_path: Path, fake_stream: FakeStream) -> None:
+    options = BenchOptions(workers=(1, 2, 4), iters=2, steps=4, threads=1)
+    progress = io.StringIO()
+    seen: list[int] = []
+    report = bench_run.run(
+        options,
+        tmp_path,
+        {"PATH": "/bin"},
+        Path("/x/synthetic_benchmark.py"),
+        "/v/python",
+        "/v/ctrain",
+        progress_out=progress,
+        on_result=lambda partial: seen.append(len(partial.results)),
+    )
+    assert report.launcher == "srun"
+    assert [argv[:3] for argv, _ in fake_stream.calls] == [
+        ["srun", "-n", "1"],
+        ["srun", "-n", "2"],
+        ["srun", "-n", "4"],
+    ]
+    assert all(env["TF_NUM_INTRAOP_THREADS"] == "1" for _, env in fake_stream.calls)
+    assert seen == [1, 2, 3]
+    rows = report.rows()
+    assert [round(r.total) for r in rows] == [100, 180, 280]
+    assert rows[-1].efficiency == pytest.approx(0.7)
+    lines = progress.getvalue().splitlines()
+    assert lines[-1].startswith("[########################] 9/9  4 workers:")
+    assert (tmp_path / "logs" / "w2.log").read_text().startswith("$ srun -n 2 ")
+    paths = bench_run.write_outputs(report, tmp_path)
+    assert json.loads(paths["json"].read_text())["scaling"][2]["workers"] == 4
+    assert "| 4 | multiworker | 280.0 |" in paths["markdown"].read_text()
+    assert paths["plot"].is_file()
+
+
+def test_a_failed_run_names_its_log(tmp_path: Path, fake_stream: FakeStream) -> None:
+    fake_stream.code = 3
+    with pytest.raises(ExternalToolError, match="1-worker run exited 3") as caught:
+        bench_run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
+                  progress_out=io.StringIO())  # fmt: skip
+    assert str(tmp_path / "logs" / "w1.log") in caught.value.fix
+
+
+def test_stale_reports_are_removed_first(tmp_path: Path, fake_stream: FakeStream) -> None:
+    stale = tmp_path / "reports" / "w1"
+    stale.mkdir(parents=True)
+    (stale / "rank5.json").write_text("{}")
+    bench_run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
+              progress_out=io.StringIO())  # fmt: skip
+    assert not (stale / "rank5.json").exists()
+
+
+# ------------------------------------------------------------------------------- the CLI
+
+
+def test_bench_help() -> None:
+    result_ = CliRunner().invoke(main, ["bench", "--help"], catch_exceptions=False)
+    assert result_.exit_code == 0
+    for option in ("--mode", "--workers", "--model", "--batch", "--steps", "--out"):
+        assert option in result_.output
+
+
+def test_bench_cli_end_to_end_with_a_fake_launcher(tmp_path: Path, fake_stream: FakeStream) -> None:
+    script = tmp_path / "synthetic_benchmark.py"
+    script.write_text("")
+    out = tmp_path / "out"
+    args = ["bench", "--workers", "1,2", "--model", "MobileNetV2", "--batch", "8",
+            "--script", str(script), "--out", str(out)]  # fmt: skip
+    result_ = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result_.exit_code == 0, result_.output
+    assert "| 2 | multiworker | 180.0 |" in result_.output
+    assert {p.name for p in out.iterdir()} >= {"bench.json", "bench.md", "speedup.png"}
+    argv = fake_stream.calls[0][0]
+    assert argv[argv.index("--model") + 1] == "MobileNetV2"
+    assert argv[argv.index("--batch-size") + 1] == "8"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workers", "0"], "--workers '0' needs counts of at least 1"),
+        (["--mode", "single", "--workers", "1,2"], "--mode single runs one process"),
+        (["--script", "/nonexistent/s.py"], "no benchmark script at /nonexistent/s.py"),
+        (["--steps", "0"], "--steps '0': must be a positive integer"),
+    ],
+)
+def test_bench_cli_errors_are_one_line(args: list[str], message: str) -> None:
+    result_ = CliRunner().invoke(main, ["bench", *args])
+    assert result_.exit_code == 2, result_.output
+    assert result_.output.startswith("ctrain: error: ") and message in result_.output
+    assert "Traceback" not in result_.output
+
+
+def test_default_script_is_the_examples_one() -> None:
+    found = bench_run.default_script()
+    assert found is not None and found.name == "synthetic_benchmark.py"
+    assert found.parent.name == "examples"
