@@ -9,6 +9,7 @@ packages=(
     cmake g++ make git                      # Horovod's source build
     docker.io docker-registry               # the Docker runtime and a local registry on 127.0.0.1
     debootstrap e2fsprogs squashfs-tools    # local base images, ext3 overlays, squashfs
+    busybox-static                          # a tiny static image for the docker pull tests
     shellcheck procps iproute2 python3-venv
     python3-click                           # ctrain's core on Debian's own Python (tests run it as a plain user)
 )

@@ -24,7 +24,9 @@ def setting_option(name: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
     flag = "--" + name.replace("_", "-")
     shown = setting.default if setting.default not in (None, ()) else "none"
     kwargs.setdefault("default", None)
-    kwargs["help"] = f"{setting.help.capitalize()}. [env {setting.env}; default {shown}]"
+    kwargs["help"] = (
+        f"{setting.help[:1].upper()}{setting.help[1:]}. [env {setting.env}; default {shown}]"
+    )
     return click.option(flag, *decls, name, **kwargs)
 
 
@@ -119,39 +121,12 @@ def doctor(as_json: bool) -> None:
         sys.exit(1)
 
 
-# Commands whose implementation has not landed yet. They exist so that scripts and --help show
-# the whole interface; running one fails with a clear line instead of doing half a job.
-PLANNED = {
-    "pull": "Pull an image into the cache, atomically.",
-    "build": "Build the GPU or CPU image.",
-    "overlay": "Create and check ext3 overlays.",
-    "cache": "Inspect and clean the image cache.",
-    "job": "Render and submit sbatch job scripts.",
-    "data": "Fetch and import datasets for offline compute nodes.",
-    "bench": "Measure images/second and scaling efficiency.",
-}
-
-
-def _planned(name: str, summary: str) -> click.Command:
-    @click.command(
-        name,
-        help=f"{summary} (Not in this release yet.)",
-        context_settings={"ignore_unknown_options": True},
-    )
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args: tuple[str, ...]) -> None:
-        raise CtrainError(
-            f"`ctrain {name}` is not available in ctrain {__version__} yet",
-            "see README.md, section Status, for what works today",
-        )
-
-    return command
-
-
-for _name, _summary in PLANNED.items():
-    main.add_command(_planned(_name, _summary))
-
+# The commands that live in their own modules (they import this one for its helpers).
+from ctrain.cli_bench import bench  # noqa: E402
+from ctrain.cli_data import data  # noqa: E402
 from ctrain.cli_exec import exec_, run_, shell  # noqa: E402
+from ctrain.cli_images import build, cache, overlay, pull  # noqa: E402
+from ctrain.cli_jobs import job  # noqa: E402
 
-for _command in (exec_, run_, shell):
+for _command in (exec_, run_, shell, pull, build, overlay, cache, job, data, bench):
     main.add_command(_command)
