@@ -50,5 +50,64 @@ demo: system install services  ## fresh machine to a 2-worker training on the em
 	srun -n 2 -t 15 --kill-on-bad-exit=1 --export=ALL,PATH=$(CURDIR)/$(VENV)/bin:$$PATH,OMP_NUM_THREADS=1 \
 	  $(VENV)/bin/ctrain launch -- $(VPY) examples/mnist_cnn.py --out runs/demo
 
+.PHONY: bench
+bench:  ## measure ctrain's overheads and scaling here (~10 min; needs install, services)
+	$(VPY) benchmarks/run.py --out runs/bench
+
+# ---- Images (docs/images.md): Dockerfile.gpu and definitions/*.def both run docker/install.sh.
+# FLAVOUR gpu|cpu for wheelhouse, sif and push; REGISTRY host[:port][/namespace] for push; TAG
+# (ctrain's version by default): images are $(IMAGE_NAME):$(TAG) (GPU) and $(IMAGE_NAME):$(TAG)-cpu.
+FLAVOUR ?= gpu
+REGISTRY ?=
+IMAGE_NAME ?= ctrain
+TAG ?= $(shell sed -nE 's/^version = "(.+)"$$/\1/p' pyproject.toml)
+BASE_IMAGE ?=
+WHEELHOUSE ?= build/wheelhouse
+SIF_DIR ?= build
+APPTAINER ?= $(shell command -v apptainer)
+APPTAINER_BUILD_FLAGS ?=
+image_ref = $(IMAGE_NAME):$(TAG)$(if $(filter cpu,$(1)),-cpu)
+sif_file = $(SIF_DIR)/$(IMAGE_NAME)-$(TAG)$(if $(filter cpu,$(1)),-cpu).sif
+export BASE_IMAGE WHEELHOUSE
+
+.PHONY: wheelhouse image image-cpu image-gpu-or-cpu sif push
+
+wheelhouse:  ## every Python package of the FLAVOUR image (+ Horovod), from PyPI, for --no-index builds
+	scripts/wheelhouse.sh $(FLAVOUR) $(WHEELHOUSE)
+
+image:  ## GPU image: SIF (definitions/ctrain-gpu.def) with apptainer, else Docker (Dockerfile.gpu)
+	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=gpu
+
+image-cpu:  ## CPU image from the same recipe: SIF with apptainer, else Docker
+	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=cpu
+
+image-gpu-or-cpu:
+	@if [ -n "$(APPTAINER)" ]; then \
+	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
+	  scripts/wheelhouse.sh ctrain build/wheelhouse; mkdir -p $(SIF_DIR); \
+	  echo "$(APPTAINER) build $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
+	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def; \
+	else \
+	  scripts/image-build.sh $(IMAGE_FLAVOUR) $(call image_ref,$(IMAGE_FLAVOUR)); \
+	fi
+
+sif:  ## the FLAVOUR Docker image as a SIF (apptainer, docker-daemon://): build/ctrain-TAG[-cpu].sif
+	@[ -n "$(APPTAINER)" ] || { echo "sif: apptainer not found; build where it is installed, or pull the pushed image with \`ctrain pull\`" >&2; exit 1; }
+	mkdir -p $(SIF_DIR)
+	$(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg IMAGE=$(call image_ref,$(FLAVOUR)) \
+	  $(call sif_file,$(FLAVOUR)) definitions/from-docker.def
+
+push:  ## push the FLAVOUR image to REGISTRY: docker push, and apptainer push oras:// for its SIF
+	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY=host[:port][/namespace], e.g. make push REGISTRY=127.0.0.1:5000" >&2; exit 1; }
+	@pushed=0; \
+	if docker image inspect $(call image_ref,$(FLAVOUR)) >/dev/null 2>&1; then \
+	  set -ex; docker tag $(call image_ref,$(FLAVOUR)) $(REGISTRY)/$(call image_ref,$(FLAVOUR)); \
+	  docker push $(REGISTRY)/$(call image_ref,$(FLAVOUR)); set +x; pushed=1; \
+	fi; \
+	if [ -n "$(APPTAINER)" ] && [ -f $(call sif_file,$(FLAVOUR)) ]; then \
+	  set -ex; $(APPTAINER) push $(call sif_file,$(FLAVOUR)) oras://$(REGISTRY)/$(call image_ref,$(FLAVOUR))-sif; set +x; pushed=1; \
+	fi; \
+	[ "$$pushed" = 1 ] || { echo "push: neither the image $(call image_ref,$(FLAVOUR)) nor $(call sif_file,$(FLAVOUR)) exists. Fix: make image$(if $(filter cpu,$(FLAVOUR)),-cpu)" >&2; exit 1; }
+
 clean:  ## remove the venv and build leftovers (the Horovod wheel cache stays)
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Build ctrain's Docker image from Dockerfile.gpu with BuildKit, from the wheelhouse only.
+#
+#   scripts/image-build.sh gpu|cpu NAME:TAG
+#
+# Steps: the flavour's wheelhouse (scripts/wheelhouse.sh, only when missing; ctrain's wheel
+# always, offline, seconds), a build context in ~/.cache/ctrain/image-context/FLAVOUR (hard links
+# where possible: the recipe script, wheelhouse/, ctrain/), then the build with the host's network (apt reaches the
+# Debian mirror; pip never leaves the wheelhouse) and `horovodrun --check-build` as its gate.
+#
+# Environment:
+#   BASE_IMAGE      Debian 12 image to build on (Dockerfile.gpu's default: debian:12-slim);
+#                   scripts/base-image.sh makes one locally where no registry can be reached
+#   CA_BUNDLE       a site's CA bundle (TLS-inspecting proxy), passed as the build secret
+#                   ca_bundle: trusted during the build, never stored in the image
+#   DEBIAN_MIRROR   Debian mirror for the GPU build's contrib/non-free CUDA toolkit
+#   WHEELHOUSE      build/wheelhouse
+#   DOCKER          the docker client (default: one that can use BuildKit, see below)
+#   BUILD_FLAGS     more `docker build` flags (e.g. --no-cache)
+#   CTRAIN_IMAGE_CONTEXT  where the build contexts go (~/.cache/ctrain/image-context)
+# Prints the build's log on stderr and, last, the image's size and the build's wall time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+flavour=${1:?usage: image-build.sh gpu|cpu NAME:TAG}
+name=${2:?usage: image-build.sh gpu|cpu NAME:TAG}
+wheelhouse=${WHEELHOUSE:-build/wheelhouse}
+case "$flavour" in gpu | cpu) ;; *) echo "image-build: flavour $flavour? expected gpu or cpu" >&2; exit 2 ;; esac
+
+# A client that builds with BuildKit: `docker buildx`, or a client older than 23 (Debian 12's
+# docker.io 20.10 has BuildKit built in; newer clients need the buildx plugin for it).
+builder=()
+pick_builder() {
+    local client major
+    for client in ${DOCKER:-docker /usr/bin/docker}; do
+        command -v "$client" >/dev/null || continue
+        if "$client" buildx version >/dev/null 2>&1; then
+            builder=("$client" buildx build --load)
+            return 0
+        fi
+        major=$("$client" version --format '{{.Client.Version}}' 2>/dev/null | cut -d. -f1)
+        if [[ "$major" =~ ^[0-9]+$ ]] && [ "$major" -lt 23 ]; then
+            builder=(env DOCKER_BUILDKIT=1 "$client" build)
+            return 0
+        fi
+    done
+    echo "image-build: no docker client that builds with BuildKit (docker buildx, or Debian's docker.io 20.10). Fix: make system" >&2
+    exit 1
+}
+pick_builder
+
+t0=$SECONDS
+if [ ! -f "$wheelhouse/$flavour/SHA256SUMS" ]; then
+    echo "image-build: no $flavour wheelhouse in $wheelhouse; gathering it (make wheelhouse FLAVOUR=$flavour)" >&2
+    scripts/wheelhouse.sh "$flavour" "$wheelhouse"
+fi
+scripts/wheelhouse.sh ctrain "$wheelhouse"  # ctrain's current source, offline, seconds
+
+# The context lives at a fixed place outside the checkout: BuildKit keys its copy of a local
+# context by the directory's path, so a fixed path is synced incrementally and reused, where a
+# fresh clone's path would add a new full copy (2.5 GB for gpu) to the builder's cache every time.
+context=${CTRAIN_IMAGE_CONTEXT:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/image-context}/$flavour
+mkdir -p "$(dirname "$context")"
+exec 8>"$context.lock"
+flock -w 3600 8 || { echo "image-build: another build holds $context.lock" >&2; exit 1; }
+rm -rf "$context"
+mkdir -p "$context/docker"
+cp docker/install.sh "$context/docker/"
+cp -al "$wheelhouse/$flavour" "$context/wheelhouse" 2>/dev/null || cp -a "$wheelhouse/$flavour" "$context/wheelhouse"
+cp -a "$wheelhouse/ctrain" "$context/ctrain"
+
+version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+args=(--build-arg "FLAVOUR=$flavour" --build-arg "CTRAIN_VERSION=$version")
+[ -z "${BASE_IMAGE:-}" ] || args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+[ -z "${DEBIAN_MIRROR:-}" ] || args+=(--build-arg "DEBIAN_MIRROR=$DEBIAN_MIRROR")
+if [ "$flavour" = cpu ]; then
+    for pin in CUDA_VERSION CUDNN_VERSION NCCL_VERSION HOROVOD_NVCC_VERSION; do
+        args+=(--build-arg "$pin=none")
+    done
+fi
+if [ -n "${CA_BUNDLE:-}" ]; then
+    [ -r "$CA_BUNDLE" ] || { echo "image-build: CA_BUNDLE=$CA_BUNDLE is not readable" >&2; exit 1; }
+    args+=(--secret "id=ca_bundle,src=$CA_BUNDLE")
+fi
+# shellcheck disable=SC2206  # BUILD_FLAGS is a list of flags on purpose
+args+=(${BUILD_FLAGS:-})
+
+echo "image-build: ${builder[*]} $name ($flavour) from $context" >&2
+"${builder[@]}" --progress plain --network host -f Dockerfile.gpu -t "$name" "${args[@]}" "$context" >&2
+size=$(docker image inspect --format '{{.Size}}' "$name")
+echo "image-build: $name: $((size / 1000000)) MB uncompressed, built in $((SECONDS - t0)) s" >&2
+echo "$name"

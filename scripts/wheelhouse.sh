@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Gather every Python package an image installs, on the host, so that image builds run pip with
+# --no-index (no PyPI, no TLS through a proxy, nothing from the internet in the build).
+#
+#   scripts/wheelhouse.sh cpu|gpu [DEST]    third-party wheels for a flavour, then ctrain's wheel
+#   scripts/wheelhouse.sh ctrain [DEST]     ctrain's wheel only (offline, from a flavour's wheels)
+#
+# DEST (build/wheelhouse by default) gets:
+#   DEST/FLAVOUR/  wheels for TensorFlow (gpu: with its CUDA 12 wheels), tf-keras,
+#                  tensorflow-datasets, ctrain's dependencies, Horovod's runtime and build
+#                  dependencies, sdist-only packages built into wheels here, Horovod's sdist, and
+#                  for cpu the host's cached Horovod wheel (scripts/horovod-wheel.sh); plus
+#                  requirements.txt and SHA256SUMS
+#   DEST/ctrain/   ctrain's wheel, built reproducibly (SOURCE_DATE_EPOCH), so an unchanged source
+#                  gives the same bytes and the image's ctrain layer stays cached
+# Each directory is built aside and swapped in whole. A copy of each flavour's wheelhouse is kept
+# in ~/.cache/ctrain/wheelhouse (CTRAIN_WHEELHOUSE_CACHE) and used first, offline; PyPI only when
+# it cannot satisfy the requirements or with WHEELHOUSE_REFRESH=1.
+#
+# The pins are Dockerfile.gpu's ARG defaults. The image's Python is Debian 12's 3.11: the host's
+# Python must be a 3.11 too (the same cp311 ABI). Environment: PYTHON (python3),
+# CTRAIN_WHEEL_CACHE (scripts/horovod-wheel.sh's cache), HOROVOD_PREBUILT (auto: put the cached
+# Horovod wheel in the cpu wheelhouse, building it with .venv's Python first when .venv has the
+# pinned TensorFlow; no: the sdist only, the image build compiles it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+part=${1:?usage: wheelhouse.sh cpu|gpu|ctrain [DEST]}
+dest=${2:-build/wheelhouse}
+python=${PYTHON:-python3}
+case "$part" in cpu | gpu | ctrain) ;; *) echo "wheelhouse: $part? expected cpu, gpu or ctrain" >&2; exit 2 ;; esac
+
+abi=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+[ "$abi" = cp311 ] || {
+    echo "wheelhouse: $python is $abi; the image's Python is Debian 12's 3.11 (cp311). Fix: PYTHON=python3.11" >&2
+    exit 1
+}
+pip=("$python" -m pip --disable-pip-version-check)
+t0=$SECONDS
+mkdir -p "$dest"
+stage=$(mktemp -d "$dest/.stage.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+
+# swap NAME: replace DEST/NAME by the staged one in one rename (a killed run leaves the old one).
+swap() {
+    rm -rf "${dest:?}/.$1.old"
+    [ ! -e "$dest/$1" ] || mv "$dest/$1" "$dest/.$1.old"
+    mv "$stage/$1" "$dest/$1"
+    rm -rf "${dest:?}/.$1.old"
+}
+
+if [ "$part" != ctrain ]; then
+    # The pins: the ARG NAME=VALUE lines of Dockerfile.gpu.
+    export FLAVOUR=$part
+    for name in TF_VERSION KERAS_VERSION TFDS_VERSION HOROVOD_VERSION; do
+        value=$(sed -nE "s/^ARG $name=(.+)$/\1/p" Dockerfile.gpu | head -n1)
+        [ -n "$value" ] || { echo "wheelhouse: no ARG $name= in Dockerfile.gpu" >&2; exit 1; }
+        export "$name=$value"
+    done
+    out=$stage/$part
+    mkdir -p "$out"
+    {
+        docker/install.sh requirements
+        # ctrain's own dependencies, from pyproject.toml
+        "$python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))'
+    } >"$out/requirements.txt"
+    echo "wheelhouse: $part: $(tr '\n' ' ' <"$out/requirements.txt")" >&2
+    # pip wheel downloads wheels and builds the sdist-only packages into wheels, here on the host.
+    # First offline from the last wheelhouse gathered on this machine (a fresh clone's CI run
+    # downloads nothing, and unpinned dependencies stay as they were); PyPI when that cannot
+    # satisfy the requirements (a pin changed) or WHEELHOUSE_REFRESH=1.
+    cached=${CTRAIN_WHEELHOUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheelhouse}/$part
+    gathered=0
+    if [ "${WHEELHOUSE_REFRESH:-0}" != 1 ] && [ -f "$cached/SHA256SUMS" ] \
+        && (cd "$cached" && sha256sum --quiet -c SHA256SUMS) \
+        && "${pip[@]}" wheel --quiet --no-index --find-links "$cached" -w "$out" -r "$out/requirements.txt" 2>/dev/null \
+        && cp "$cached/horovod-$HOROVOD_VERSION.tar.gz" "$out/" 2>/dev/null; then
+        echo "wheelhouse: $part: taken offline from $cached" >&2
+        gathered=1
+    fi
+    if [ "$gathered" = 0 ]; then
+        find "$out" -mindepth 1 ! -name requirements.txt -delete
+        "${pip[@]}" wheel --quiet -w "$out" -r "$out/requirements.txt"
+        "${pip[@]}" download --quiet --no-deps --no-binary :all: -d "$out" "horovod==$HOROVOD_VERSION"
+    fi
+    if [ "$part" = cpu ] && [ "${HOROVOD_PREBUILT:-auto}" = auto ]; then
+        cache=${CTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheels}/py311-tf${TF_VERSION}-hvd${HOROVOD_VERSION}
+        wheel=$(find "$cache" -maxdepth 1 -name "horovod-${HOROVOD_VERSION}-cp311-*.whl" -print -quit 2>/dev/null || true)
+        if [ -z "$wheel" ] && [ -x .venv/bin/python ] \
+            && [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null)" = "$TF_VERSION" ]; then
+            wheel=$(scripts/horovod-wheel.sh .venv/bin/python)
+        fi
+        if [ -n "$wheel" ]; then
+            echo "wheelhouse: cpu: prebuilt $wheel" >&2
+            cp "$wheel" "$out/"
+        else
+            echo "wheelhouse: cpu: no prebuilt Horovod wheel; the image build compiles the sdist (about 5 minutes)" >&2
+        fi
+    fi
+    # the cpu wheelhouse's prebuilt Horovod wheel is left out of the offline cache: it is taken
+    # fresh from scripts/horovod-wheel.sh's cache every time
+    (cd "$out" && sha256sum -- *.whl *.tar.gz >SHA256SUMS)
+    if [ "$gathered" = 0 ]; then
+        rm -rf "$cached.new"
+        mkdir -p "$cached.new"
+        cp -al "$out/." "$cached.new/" 2>/dev/null || cp -a "$out/." "$cached.new/"
+        rm -f "$cached.new"/horovod-*-cp*.whl
+        (cd "$cached.new" && sha256sum -- *.whl *.tar.gz >SHA256SUMS)
+        rm -rf "$cached"
+        mv "$cached.new" "$cached"
+    fi
+    swap "$part"
+    echo "wheelhouse: $dest/$part: $(find "$dest/$part" -type f | wc -l) files, $(du -sh "$dest/$part" | cut -f1), in $((SECONDS - t0)) s" >&2
+fi
+
+# ctrain's wheel: built in isolation from the wheelhouse's setuptools when there is one (offline).
+offline=()
+for flavour in cpu gpu; do
+    if [ -d "$dest/$flavour" ]; then
+        offline=(--no-index --find-links "$dest/$flavour")
+        break
+    fi
+done
+rm -rf build/lib build/bdist.* # setuptools would package stale files left there by an older tree
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800} \
+    "${pip[@]}" wheel --quiet --no-deps "${offline[@]}" -w "$stage/ctrain" .
+swap ctrain
+echo "wheelhouse: $dest/ctrain: $(cd "$dest/ctrain" && ls -- *.whl)" >&2

@@ -1,0 +1,244 @@
+"""ctrain's images for real: the recipe built from the wheelhouse on a local Debian 12 base,
+pushed to the local registry, pulled back with `ctrain pull`, and a 2-rank training inside it
+under srun with `ctrain exec`; the GPU flavour built on this GPU-less machine, its own
+`horovodrun --check-build` gate passing with NCCL marked.
+
+Builds go through the Makefile (`make wheelhouse`, `make image-cpu`, `make image`, `make push`)
+with Docker (APPTAINER is blanked: there is no apptainer here). Docker's layer cache and pip's
+cache live outside the repository, so a warm run rebuilds nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .images import REPO, base_image
+from .jobs import BIN, clean_env, reports, run
+
+CTRAIN = str(BIN / "ctrain")
+REGISTRY = "127.0.0.1:5000"
+TAG = "ci"
+SCRIPTS = REPO / "tests" / "integration" / "scripts"
+BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
+
+
+def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[float, str]:
+    """Run a make target in the repository; its wall time in seconds and its output."""
+    t0 = time.monotonic()
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), *args, "APPTAINER=", f"TAG={tag}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHON": "python3"},
+    )
+    elapsed = time.monotonic() - t0
+    assert done.returncode == 0, (
+        f"make {' '.join(args)}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    )
+    print(f"make {' '.join(args)}: {elapsed:.0f} s")
+    return elapsed, done.stdout + done.stderr
+
+
+def dockerfile_pins() -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(.+)$", (REPO / "Dockerfile.gpu").read_text(), re.M))
+
+
+def labels(image: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return dict(json.loads(out))
+
+
+def docker_run(image: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", "--entrypoint", argv[0], image, *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def base() -> str:
+    return base_image()
+
+
+@pytest.fixture(scope="module")
+def cpu_image(base: str) -> str:
+    make("wheelhouse", "FLAVOUR=cpu")
+    make("image-cpu", f"BASE_IMAGE={base}")
+    return f"ctrain:{TAG}-cpu"
+
+
+def test_cpu_image_labels_and_entrypoint(cpu_image: str) -> None:
+    pins = dockerfile_pins()
+    found = labels(cpu_image)
+    assert found["io.ctrain.flavour"] == "cpu"
+    assert found["io.ctrain.tensorflow.version"] == pins["TF_VERSION"]
+    assert found["io.ctrain.keras.version"] == pins["KERAS_VERSION"]
+    assert found["io.ctrain.horovod.version"] == pins["HOROVOD_VERSION"]
+    assert found["io.ctrain.openmpi.version"] == pins["OPENMPI_VERSION"]
+    assert found["io.ctrain.ctrain.version"] == pins["CTRAIN_VERSION"]
+    assert found["io.ctrain.cuda.version"] == found["io.ctrain.nccl.version"] == "none"
+    entrypoint = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", cpu_image],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert json.loads(entrypoint) == ["ctrain", "launch", "--"]
+    check = docker_run(cpu_image, "horovodrun", "--check-build")
+    assert check.returncode == 0, check.stderr
+    for feature in ("TensorFlow", "MPI", "Gloo"):
+        assert re.search(rf"\[X\] {feature}$", check.stdout, re.M), check.stdout
+
+
+def test_warm_rebuild_is_cached(cpu_image: str, base: str) -> None:
+    elapsed, _ = make("image-cpu", f"BASE_IMAGE={base}")
+    assert elapsed < 120, f"a rebuild with nothing changed took {elapsed:.0f} s"
+
+
+def buildkit() -> list[str]:
+    """A `docker build` with BuildKit, chosen as scripts/image-build.sh chooses it."""
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode == 0:
+        return ["docker", "buildx", "build", "--load"]
+    return ["env", "DOCKER_BUILDKIT=1", "/usr/bin/docker", "build"]
+
+
+def test_ca_bundle_is_trusted_during_the_build_and_not_kept(cpu_image: str, tmp_path: Path) -> None:
+    """A site CA bundle (a TLS-inspecting proxy's) passed as the build secret `ca_bundle`
+    reaches apt and pip through install.sh and ends up in no layer. The recipe's own steps mount
+    the same secret (tests/unit/test_recipes.py); here install.sh's system step runs once more
+    on the built image, so the check costs seconds instead of an uncached rebuild."""
+    marker = "ctrain-test-ca-marker-7d41e0"
+    bundle = tmp_path / "site-ca.pem"
+    bundle.write_text(f"# {marker}\n" + Path("/etc/ssl/certs/ca-certificates.crt").read_text())
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {cpu_image}\nARG RUN_ID\n"
+        "RUN --mount=type=secret,id=ca_bundle /opt/ctrain/install.sh system\n"
+    )
+    image = "ctrain-ca-test:ci"
+    done = subprocess.run(
+        [
+            *buildkit(),
+            "--progress",
+            "plain",
+            "--network",
+            "host",
+            "--build-arg",
+            f"RUN_ID={time.time_ns()}",
+            "--secret",
+            f"id=ca_bundle,src={bundle}",
+            "-t",
+            image,
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    try:
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "using the CA bundle in /run/secrets/ca_bundle for apt and pip" in done.stderr
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        assert save.stdout is not None
+        found, tail = False, b""
+        for chunk in iter(lambda: save.stdout.read(1 << 20), b""):  # type: ignore[union-attr]
+            found = found or marker.encode() in tail + chunk
+            tail = chunk[-64:]
+        assert save.wait(timeout=600) == 0
+        assert not found, "the CA bundle was written into the image"
+    finally:
+        subprocess.run(["docker", "rmi", image], capture_output=True, timeout=120)
+
+
+@pytest.mark.slurm
+def test_push_pull_and_train_two_ranks_inside(cpu_image: str, tmp_path: Path) -> None:
+    make("push", f"REGISTRY={REGISTRY}", "FLAVOUR=cpu", timeout=1200)
+    ref = f"{REGISTRY}/{cpu_image}"
+    pushed = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120, check=True)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    pulled = run(
+        [CTRAIN, "pull", "--runtime", "docker", "--cache-dir", str(cache), ref],
+        clean_env(),
+        timeout=1200,
+    )
+    digests = json.loads(pushed)
+    assert any(d.split("@")[1] in pulled.stdout + pulled.stderr for d in digests), pulled
+    out = tmp_path / "out"
+    run(
+        [
+            "srun",
+            "-n",
+            "2",
+            "-t",
+            "10",
+            "--kill-on-bad-exit=1",
+            CTRAIN,
+            "exec",
+            "--runtime",
+            "docker",
+            "-B",
+            f"{SCRIPTS}:/ctrain-tests:ro",
+            ref,
+            "--",
+            "python",
+            "/ctrain-tests/train_tiny.py",
+            str(out),
+            "2",
+        ],
+        clean_env(),
+        timeout=600,
+        cwd=tmp_path,
+    )
+    chief, worker = reports(out, 2)
+    assert chief["mode"] == worker["mode"] == "multiworker"
+    assert chief["size"] == worker["size"] == 2
+    assert chief["data_sum"] != worker["data_sum"]  # different data...
+    assert chief["weights"] == worker["weights"]  # ...the same model
+
+
+def test_gpu_image_builds_with_nccl_on_a_gpu_less_machine(base: str) -> None:
+    """The build's own gate (install.sh verify) marks NCCL and loads Horovod's ops beside
+    TensorFlow's CUDA 12 libraries; checked again here on the finished image."""
+    make("wheelhouse", "FLAVOUR=gpu")
+    make("image", f"BASE_IMAGE={base}")
+    image = f"ctrain:{TAG}"
+    pins = dockerfile_pins()
+    found = labels(image)
+    assert found["io.ctrain.flavour"] == "gpu"
+    for label, pin in (
+        ("cuda", "CUDA_VERSION"),
+        ("cudnn", "CUDNN_VERSION"),
+        ("nccl", "NCCL_VERSION"),
+    ):
+        assert found[f"io.ctrain.{label}.version"] == pins[pin]
+    check = docker_run(image, "horovodrun", "--check-build")
+    assert check.returncode == 0, check.stderr
+    for feature in ("TensorFlow", "MPI", "Gloo", "NCCL"):
+        assert re.search(rf"\[X\] {feature}$", check.stdout, re.M), check.stdout
+    proof = docker_run(image, "/opt/ctrain/install.sh", "verify", timeout=600)
+    assert proof.returncode == 0, proof.stderr[-4000:]
+    assert "load beside TensorFlow's CUDA 12 libraries" in proof.stdout, proof.stdout[-2000:]
