@@ -28,11 +28,13 @@ def _say(line: str) -> None:
     click.echo(f"ctrain: {line}", err=True)
 
 
-def _cache_choice(s: Mapping[str, Resolved]) -> cachedirs.CacheChoice:
+def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> cachedirs.CacheChoice:
+    """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
+    lives in the engine's store) accepts $HOME without --allow-home-cache."""
     configured = s["cache_dir"]
     # From the environment, resolve_cache_dir reads CTRAIN_CACHE_DIR itself (and names it).
     flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
-    allow_home = bool(s["allow_home_cache"].value)
+    allow_home = small or bool(s["allow_home_cache"].value)
     return cachedirs.resolve_cache_dir(flag, os.environ, allow_home, Path.exists)
 
 
@@ -74,7 +76,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
     reference = ref if ref is not None else str(s["image"].value or "")
-    choice = _cache_choice(s)
+    choice = _cache_choice(s, small=runtime in images.ENGINE_RUNTIMES)
     plan = images.plan_pull(reference, runtime, program, output, choice.path, force, Path.is_dir)
     cachedirs.ensure_dirs(choice)
     result = images.pull(plan, choice, os.environ, int(str(s["min_free_gb"].value)), _say)

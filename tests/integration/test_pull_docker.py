@@ -213,3 +213,22 @@ def test_a_missing_image_is_one_line(
     assert "Fix: check the reference, the registry and `docker login`" in line
     assert "Traceback" not in done.stderr
     assert not record_of(tmp_path / "cache", missing).exists()
+
+
+def test_docker_pull_needs_no_scratch_cache(
+    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+) -> None:
+    """The image lives in the engine's store; ctrain keeps only a small record, so $HOME will do
+    (unlike an apptainer pull, which is refused there without --allow-home-cache)."""
+    ref, _ = fresh
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTRAIN_", "APPTAINER"))}
+    env.update({"HOME": str(home), "CTRAIN_RUNTIME": "docker", "XDG_CONFIG_HOME": str(home)})
+    for key in ("SCRATCH", "WORK"):
+        env.pop(key, None)
+    done = subprocess.run(
+        [ctrain_bin, "pull", ref], env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(home.rglob(f"{images.safe_name(ref)}.json"))
