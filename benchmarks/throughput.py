@@ -63,7 +63,7 @@ def input_pipeline(work: Path) -> dict[str, Any]:
     data_dir = work / "tfds"
     say("input: writing the synthetic shapes as a TFDS dataset")
     run(
-        [PYTHON, "-m", "ctrain.demo_data", "tfds", str(data_dir), "--train", "96",
+        [PYTHON, "-m", "ctrain.train.demo_data", "tfds", str(data_dir), "--train", "96",
          "--test", "32", "--size", "64"],
         clean_env(threads=None),
         log=work / "input-data.log",

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 import ctrain.distributed
-from ctrain.demo_data import synthetic_digits
+from ctrain.train.demo_data import synthetic_digits
 
 ctx = ctrain.distributed.init()
 

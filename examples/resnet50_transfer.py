@@ -10,7 +10,7 @@ network starts from random weights and is trained whole.
         --data-dir /scratch/$USER/tfds --dataset tf_flowers --weights ~/resnet50_notop.h5
     # a folder of images instead (DIR/train/<class>/*.jpg, DIR/test/<class>/*.jpg):
     ctrain launch -- python examples/resnet50_transfer.py --image-folder DIR
-    # offline demo data: python -m ctrain.demo_data tfds DIR, then --data-dir DIR
+    # offline demo data: python -m ctrain.train.demo_data tfds DIR, then --data-dir DIR
     #   --dataset ctrain_shapes --image-size 64
 
 The input pipeline reads the TFRecords in a fixed order, shards before shuffling, decodes and
@@ -90,8 +90,8 @@ if ARGS.threads > 0:  # before TensorFlow starts its thread pools (ctrain's init
 
 import numpy as np  # noqa: E402
 
-import ctrain.data  # noqa: E402
 import ctrain.distributed  # noqa: E402
+import ctrain.train.data  # noqa: E402
 from ctrain.errors import CtrainError  # noqa: E402
 
 ctx = ctrain.distributed.init()
@@ -113,12 +113,12 @@ def open_builder(args: argparse.Namespace) -> Any:
             fail(f"no {args.train_split}/ in {args.image_folder}: expected DIR/<split>/<class>/")
         return tfds.folder_dataset.ImageFolder(args.image_folder)
     try:  # the data dir and the error as `ctrain data` has them
-        where = ctrain.data.data_dir(args.data_dir, os.environ)
-        prepared = ctrain.data.prepared_dir(args.dataset, where)
+        where = ctrain.train.data.data_dir(args.data_dir, os.environ)
+        prepared = ctrain.train.data.prepared_dir(args.dataset, where)
     except CtrainError as exc:
         fail(
             f"{exc.message}. Fix: {exc.fix}; or make the offline demo dataset: "
-            "python -m ctrain.demo_data tfds DIR, then --data-dir DIR --dataset ctrain_shapes"
+            "python -m ctrain.train.demo_data tfds DIR, then --data-dir DIR --dataset ctrain_shapes"
         )
     return tfds.builder_from_directory(str(prepared))
 

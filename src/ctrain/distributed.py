@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctrain.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 from ctrain.errors import LaunchError
-from ctrain.jobenv import JobEnv
-from ctrain.modes import Mode
-from ctrain.plan import LaunchOptions, make_plan
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.modes import Mode
+from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.settings import resolve
+from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     if found is not None:
         return found
     job = JobEnv.from_environ(environ, socket.gethostname())
-    from ctrain.launch import visible_gpus
+    from ctrain.launch.start import visible_gpus
 
     options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))
     plan = make_plan(job, options, environ, visible_gpus(job, environ))
@@ -171,7 +171,7 @@ class Context:
     def callbacks(self, warmup_epochs: float = 0.0, verbose: bool = False) -> list[Any]:
         """Broadcast of initial weights and metric averaging under Horovod, plus a
         learning-rate warm-up from lr/replicas to lr over ``warmup_epochs``."""
-        from ctrain import callbacks
+        from ctrain.train import callbacks
 
         found: list[Any] = []
         if self.hvd is not None:
@@ -213,7 +213,7 @@ class Context:
         one the script set (warm-up and schedules recompute it) unless ``restore_lr``.
         Also installs the SIGUSR2 handler, so a signal from now on is not fatal.
         """
-        from ctrain import preemption
+        from ctrain.train import preemption
 
         epoch, step, found = preemption.resume(self, model, path, config, restore_lr)
         self._preemption["resumed"] = (epoch, step)
@@ -234,7 +234,7 @@ class Context:
         on all ranks, then exits with ``REQUEUE_EXIT_CODE`` so the job script requeues the job.
         Put it last in ``fit``'s callbacks. ``keep`` checkpoints are kept; ``check_every``
         steps the ranks agree whether to stop (one small allreduce)."""
-        from ctrain import preemption
+        from ctrain.train import preemption
 
         callback = preemption.Preemption(self, path, config, every_epochs, keep, exit, check_every)
         self._preemption["callback"] = callback
@@ -251,7 +251,7 @@ class Context:
     ) -> Any:
         """A TensorFlow Datasets split from the local data directory (``ctrain data fetch`` /
         ``ctrain data import`` put it there), never from the network. Shard it with ``shard``."""
-        from ctrain.data import load
+        from ctrain.train.data import load
 
         return load(name, split, data_dir, **kwargs)
 

@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ctrain import cachedirs, runner
 from ctrain.errors import CtrainError
+from ctrain.images import cachedir
 from ctrain.settings import Resolved
+from ctrain.util import proc
 
 Status = Literal["PASS", "WARN", "FAIL"]
 RUNTIMES = ("apptainer", "singularity", "docker", "podman")
@@ -106,7 +107,7 @@ def count_names(names: Sequence[str]) -> str:
 
 def _tool(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
     try:
-        done = runner.run(argv, environ, timeout=TOOL_TIMEOUT)
+        done = proc.run(argv, environ, timeout=TOOL_TIMEOUT)
     except CtrainError as exc:
         return -1, "", exc.message
     return done.returncode, done.stdout, done.stderr
@@ -129,7 +130,7 @@ def _runtime(name: str, path: str, environ: Mapping[str, str]) -> tuple[bool, st
 
 
 def check_runtime(environ: Mapping[str, str]) -> Check:
-    found = [(n, p) for n in RUNTIMES if (p := runner.which(n, environ)) is not None]
+    found = [(n, p) for n in RUNTIMES if (p := proc.which(n, environ)) is not None]
     results = [_runtime(name, path, environ) for name, path in found]
     detail = "; ".join(text for _, text in results) or "none of " + ", ".join(RUNTIMES)
     if any(usable for usable, _ in results):
@@ -144,11 +145,11 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
     configured = settings["cache_dir"]
     flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
     try:
-        choice = cachedirs.resolve_cache_dir(flag, environ, True, Path.exists)
+        choice = cachedir.resolve_cache_dir(flag, environ, True, Path.exists)
     except CtrainError as exc:
         return Check("cache", "WARN", exc.message, exc.fix)
     needed = int(str(settings["min_free_gb"].value))
-    free = cachedirs.free_bytes(choice.path) / cachedirs.GIB
+    free = cachedir.free_bytes(choice.path) / cachedir.GIB
     detail = f"{choice.path} ({choice.source}), {free:.1f} GiB free, tmp {choice.tmp}"
     if choice.under_home:
         fix = "set CTRAIN_CACHE_DIR to a directory on scratch: home quotas are small"
@@ -162,7 +163,7 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
 def check_tmp(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
     tmp = Path(environ.get("TMPDIR") or "/tmp")
     needed = int(str(settings["min_free_gb"].value))
-    free = cachedirs.free_bytes(tmp) / cachedirs.GIB
+    free = cachedir.free_bytes(tmp) / cachedir.GIB
     detail = f"{tmp} (TMPDIR {'set' if environ.get('TMPDIR') else 'unset'}), {free:.1f} GiB free"
     if free < needed:
         fix = "set TMPDIR to a local or scratch directory with more room"
@@ -181,7 +182,7 @@ def describe_slurm_job(environ: Mapping[str, str]) -> str:
 
 
 def check_slurm(environ: Mapping[str, str]) -> Check:
-    tools = {name: runner.which(name, environ) for name in ("sbatch", "srun")}
+    tools = {name: proc.which(name, environ) for name in ("sbatch", "srun")}
     missing = [name for name, path in tools.items() if path is None]
     where = ", ".join(f"{name} {path}" for name, path in tools.items() if path)
     detail = describe_slurm_job(environ) + (f"; {where}" if where else "")
@@ -193,7 +194,7 @@ def check_slurm(environ: Mapping[str, str]) -> Check:
 
 def list_gpus(environ: Mapping[str, str]) -> list[str] | None:
     """GPU names from nvidia-smi; None when nvidia-smi is missing or fails."""
-    path = runner.which("nvidia-smi", environ)
+    path = proc.which("nvidia-smi", environ)
     if path is None:
         return None
     code, out, _ = _tool([path, "-L"], environ)
@@ -213,7 +214,7 @@ def check_gpus(gpus: list[str] | None, environ: Mapping[str, str]) -> Check:
 def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any] | Check:
     env = {**environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
     try:
-        done = runner.run([sys.executable, "-c", script], env, timeout=PROBE_TIMEOUT)
+        done = proc.run([sys.executable, "-c", script], env, timeout=PROBE_TIMEOUT)
     except CtrainError:
         why = f"importing {name} in {sys.executable} did not finish within {PROBE_TIMEOUT:.0f} s"
         return Check(name, "FAIL", why, "check the filesystem holding site-packages, then retry")
@@ -261,7 +262,7 @@ def check_horovod(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
 
 
 def check_mpi(environ: Mapping[str, str]) -> Check:
-    path = runner.which("mpirun", environ)
+    path = proc.which("mpirun", environ)
     if path is None:
         fix = "install Open MPI for Horovod's MPI mode; Gloo (horovodrun --gloo) works without"
         return Check("mpi", "WARN", "mpirun not found", fix)

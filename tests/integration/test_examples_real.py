@@ -21,9 +21,9 @@ TINY_TRANSFER = ["--image-size", "32", "--batch", "4", "--epochs", "2", "--steps
 
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A prepared TFDS dataset (TFRecords + metadata) written offline by ctrain.demo_data."""
+    """A prepared TFDS dataset (TFRecords + metadata) written offline by ctrain.train.demo_data."""
     data_dir = tmp_path_factory.mktemp("tfds")
-    argv = [PYTHON, "-m", "ctrain.demo_data", "tfds", str(data_dir), "--train", "40",
+    argv = [PYTHON, "-m", "ctrain.train.demo_data", "tfds", str(data_dir), "--train", "40",
             "--test", "16", "--size", "40"]  # fmt: skip
     run(argv, clean_env(), timeout=180)
     assert (data_dir / "ctrain_shapes" / "1.0.0" / "dataset_info.json").is_file()
@@ -131,7 +131,7 @@ def test_resnet50_transfer_image_folder_pipeline(tmp_path: Path) -> None:
     folder = tmp_path / "images"
     make = (
         "import sys, pathlib, tensorflow as tf\n"
-        "from ctrain.demo_data import synthetic_shapes, SHAPE_CLASSES\n"
+        "from ctrain.train.demo_data import synthetic_shapes, SHAPE_CLASSES\n"
         "x, y = synthetic_shapes(24, 48, seed=5)\n"
         "for i, (img, label) in enumerate(zip(x, y)):\n"
         "    split = 'train' if i < 16 else 'test'\n"
@@ -186,7 +186,7 @@ def test_resnet50_transfer_says_how_to_get_a_missing_dataset(tmp_path: Path) -> 
     assert done.returncode == 1
     assert f"dataset tf_flowers is not prepared in {tmp_path}" in done.stderr
     assert f"ctrain data fetch tf_flowers --data-dir {tmp_path}" in done.stderr
-    assert "python -m ctrain.demo_data tfds DIR" in done.stderr
+    assert "python -m ctrain.train.demo_data tfds DIR" in done.stderr
     assert "Traceback" not in done.stderr
 
 

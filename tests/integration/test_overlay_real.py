@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import overlays
+from ctrain.images import overlay
 
 SBIN_PATH = "/usr/sbin:/sbin"
 TOOLS = ("mkfs.ext3", "dumpe2fs", "debugfs", "e2fsck")
@@ -119,11 +119,11 @@ def test_sparse_and_allocated(tmp_path: Path, ctrain_bin: str) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can build for another uid")
 def test_owned_by_the_uid_given(tmp_path: Path) -> None:
-    plan = overlays.plan_create(
-        str(tmp_path / "o.img"), "64M", None, True, overlays.tool_finder({"PATH": "/usr/bin"})
+    plan = overlay.plan_create(
+        str(tmp_path / "o.img"), "64M", None, True, overlay.tool_finder({"PATH": "/usr/bin"})
     )
     assert plan.method == "e2fsprogs"
-    overlays.create(plan, 1234, 2345, {"PATH": "/usr/bin:/bin"})
+    overlay.create(plan, 1234, 2345, {"PATH": "/usr/bin:/bin"})
     listing = root_listing(tmp_path / "o.img")
     assert listing["upper"][:2] == listing["work"][:2] == listing["."][:2] == (1234, 2345)
 

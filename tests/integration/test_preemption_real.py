@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.checkpoints import REQUEUE_EXIT_CODE
+from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 
 from .jobs import BIN, SCRIPTS, clean_env
 

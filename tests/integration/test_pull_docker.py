@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import images
+from ctrain.images import pull
 
 pytestmark = pytest.mark.docker
 
@@ -127,7 +127,7 @@ def present(ref: str) -> bool:
 
 
 def record_of(cache: Path, ref: str) -> Path:
-    return cache / "docker" / f"{images.safe_name(ref)}.json"
+    return cache / "docker" / f"{pull.safe_name(ref)}.json"
 
 
 def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
@@ -145,7 +145,7 @@ def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
     assert len(pull_events(ref, start)) == 1
 
     record = record_of(cache, ref)
-    sidecar = images.read_sidecar(record)
+    sidecar = pull.read_sidecar(record)
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "docker", digest)
     image_id = json.loads(docker("image", "inspect", ref).stdout)[0]["Id"]
@@ -173,7 +173,7 @@ def test_force_asks_the_registry_which_has_nothing_new(
     assert forced.returncode == 0, forced.stderr
     assert len(pull_events(ref, start)) == 1  # docker pull ran...
     assert "nothing downloaded (docker pull: up to date)" in forced.stdout  # ...and said so
-    sidecar = images.read_sidecar(record_of(cache, ref))
+    sidecar = pull.read_sidecar(record_of(cache, ref))
     assert sidecar is not None and sidecar.digest == digest
 
 
@@ -231,4 +231,4 @@ def test_docker_pull_needs_no_scratch_cache(
         [ctrain_bin, "pull", ref], env=env, capture_output=True, text=True, timeout=TIMEOUT
     )
     assert done.returncode == 0, done.stderr
-    assert list(home.rglob(f"{images.safe_name(ref)}.json"))
+    assert list(home.rglob(f"{pull.safe_name(ref)}.json"))

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctrain import bench
-from ctrain.bench import BenchOptions, BenchReport, RunResult
+from ctrain.bench import core
+from ctrain.bench.core import BenchOptions, BenchReport, RunResult
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 
 
@@ -23,40 +23,40 @@ def result(workers: int, total: float, mode: str = "multiworker") -> RunResult:
 
 
 def test_linear_scaling_is_full_efficiency() -> None:
-    rows = bench.scaling_rows([result(1, 100), result(2, 200), result(4, 400)])
+    rows = core.scaling_rows([result(1, 100), result(2, 200), result(4, 400)])
     assert [r.speedup for r in rows] == [1.0, 2.0, 4.0]
     assert [r.efficiency for r in rows] == [1.0, 1.0, 1.0]
 
 
 def test_sublinear_scaling() -> None:
-    rows = bench.scaling_rows([result(2, 180), result(1, 100), result(4, 300)])
+    rows = core.scaling_rows([result(2, 180), result(1, 100), result(4, 300)])
     assert [r.workers for r in rows] == [1, 2, 4]  # sorted
     assert rows[1].speedup == pytest.approx(1.8) and rows[1].efficiency == pytest.approx(0.9)
     assert rows[2].speedup == pytest.approx(3.0) and rows[2].efficiency == pytest.approx(0.75)
 
 
 def test_base_is_the_smallest_count_measured() -> None:
-    rows = bench.scaling_rows([result(2, 200), result(8, 600)])
+    rows = core.scaling_rows([result(2, 200), result(8, 600)])
     assert rows[0].speedup == 1.0 and rows[0].efficiency == 1.0
     assert rows[1].speedup == pytest.approx(3.0)
     assert rows[1].efficiency == pytest.approx(0.75)  # 3x of an ideal 4x
 
 
 def test_no_results_no_rows() -> None:
-    assert bench.scaling_rows([]) == []
+    assert core.scaling_rows([]) == []
 
 
 def test_zero_base_rate_gives_nan_not_an_exception() -> None:
-    rows = bench.scaling_rows([result(1, 0.0), result(2, 10.0)])
+    rows = core.scaling_rows([result(1, 0.0), result(2, 10.0)])
     assert math.isnan(rows[1].speedup)
 
 
 def test_mean_and_confidence_as_horovod_reports_them() -> None:
-    mean, conf = bench.mean_conf([10.0, 12.0, 14.0])
+    mean, conf = core.mean_conf([10.0, 12.0, 14.0])
     assert mean == pytest.approx(12.0)
     assert conf == pytest.approx(1.96 * math.sqrt(8 / 3))  # population std, like np.std
-    assert bench.mean_conf([5.0]) == (5.0, 0.0)
-    assert all(math.isnan(x) for x in bench.mean_conf([]))
+    assert core.mean_conf([5.0]) == (5.0, 0.0)
+    assert all(math.isnan(x) for x in core.mean_conf([]))
 
 
 @pytest.mark.parametrize(
@@ -64,13 +64,13 @@ def test_mean_and_confidence_as_horovod_reports_them() -> None:
     [("1,2,4", (1, 2, 4)), ("4,1,2", (1, 2, 4)), (" 1, 8 ", (1, 8)), ("2", (2,))],
 )
 def test_parse_workers(text: str, expected: tuple[int, ...]) -> None:
-    assert bench.parse_workers(text) == expected
+    assert core.parse_workers(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "0,1", "1,x", "1,1", "-2"])
 def test_parse_workers_rejects(text: str) -> None:
     with pytest.raises(ConfigError):
-        bench.parse_workers(text)
+        core.parse_workers(text)
 
 
 def test_batches_per_iter_rounds_up() -> None:
@@ -83,8 +83,8 @@ def test_batches_per_iter_rounds_up() -> None:
 
 
 def test_markdown_table_golden() -> None:
-    rows = bench.scaling_rows([result(1, 100.0, "single"), result(2, 170.0)])
-    assert bench.markdown_table(rows) == (
+    rows = core.scaling_rows([result(1, 100.0, "single"), result(2, 170.0)])
+    assert core.markdown_table(rows) == (
         "| workers | mode | images/s (total) | +- 1.96 std | images/s per worker | speed-up "
         "| scaling efficiency |\n"
         "|--:|:--|--:|--:|--:|--:|--:|\n"
@@ -102,11 +102,11 @@ def test_markdown_report_names_the_command_and_settings() -> None:
         started="today",
         command="ctrain bench --workers 1,2",
     )
-    text = bench.markdown_report(report)
+    text = core.markdown_report(report)
     assert text.startswith("# ctrain bench: MobileNetV2\n")
     assert "- command: `ctrain bench --workers 1,2`" in text
     assert "launcher srun, batch 16 per worker, 32x32 images" in text
-    assert text.endswith(bench.markdown_table(report.rows()))
+    assert text.endswith(core.markdown_table(report.rows()))
 
 
 def test_json_round_trips() -> None:
@@ -128,7 +128,7 @@ def test_json_round_trips() -> None:
     ],
 )
 def test_progress_line(done: int, total: int, expected: str) -> None:
-    assert bench.progress_line(done, total, "x", width=8) == expected
+    assert core.progress_line(done, total, "x", width=8) == expected
 
 
 @pytest.mark.parametrize(
@@ -142,23 +142,23 @@ def test_progress_line(done: int, total: int, expected: str) -> None:
     ],
 )
 def test_progress_units(line: str, units: int | None) -> None:
-    assert bench.progress_units(line) == units
+    assert core.progress_units(line) == units
 
 
 # ------------------------------------------------------------------------ argv builders
 
 
-CMD = ["python", "bench.py"]
+CMD = ["python", "core.py"]
 
 
 def test_srun_argv() -> None:
-    assert bench.launch_argv("srun", "auto", 4, "/v/ctrain", CMD) == [
+    assert core.launch_argv("srun", "auto", 4, "/v/ctrain", CMD) == [
         "srun", "-n", "4", "--kill-on-bad-exit=1", "/v/ctrain", "launch", "--", *CMD,
     ]  # fmt: skip
 
 
 def test_srun_horovod_uses_pmix_and_passes_the_mode() -> None:
-    argv = bench.launch_argv("srun", "horovod", 2, "ctrain", CMD, ["--gpus-per-task=1"])
+    argv = core.launch_argv("srun", "horovod", 2, "ctrain", CMD, ["--gpus-per-task=1"])
     assert argv == [
         "srun", "-n", "2", "--kill-on-bad-exit=1", "--mpi=pmix", "--gpus-per-task=1",
         "ctrain", "launch", "--mode", "horovod", "--", *CMD,
@@ -166,7 +166,7 @@ def test_srun_horovod_uses_pmix_and_passes_the_mode() -> None:
 
 
 def test_mpirun_argv() -> None:
-    argv = bench.launch_argv(
+    argv = core.launch_argv(
         "mpirun", "horovod", 8, "ctrain", CMD, as_root=True, forward=["PATH", "OMP_NUM_THREADS"]
     )
     assert argv == [
@@ -174,25 +174,25 @@ def test_mpirun_argv() -> None:
         "-x", "PATH", "-x", "OMP_NUM_THREADS",
         "ctrain", "launch", "--mode", "horovod", "--", *CMD,
     ]  # fmt: skip
-    assert "--allow-run-as-root" not in bench.launch_argv("mpirun", "horovod", 2, "c", CMD)
+    assert "--allow-run-as-root" not in core.launch_argv("mpirun", "horovod", 2, "c", CMD)
 
 
 def test_local_argv_is_ctrain_launch_alone() -> None:
-    assert bench.launch_argv("local", "single", 1, "ctrain", CMD) == [
+    assert core.launch_argv("local", "single", 1, "ctrain", CMD) == [
         "ctrain", "launch", "--mode", "single", "--", *CMD,
     ]  # fmt: skip
 
 
 def test_unknown_launcher() -> None:
     with pytest.raises(ConfigError):
-        bench.launch_argv("pbs", "auto", 1, "ctrain", CMD)
+        core.launch_argv("pbs", "auto", 1, "ctrain", CMD)
 
 
 def test_weird_paths_stay_single_arguments() -> None:
     weird = "/tmp/a dir/it's:here\nnow"
     options = BenchOptions(model="MobileNetV2", batch=8, image_size=32, steps=20, iters=4)
-    cmd = bench.benchmark_command("/py thon", weird + "/s.py", options, weird)
-    argv = bench.launch_argv("srun", "auto", 2, weird + "/ctrain", cmd)
+    cmd = core.benchmark_command("/py thon", weird + "/s.py", options, weird)
+    argv = core.launch_argv("srun", "auto", 2, weird + "/ctrain", cmd)
     assert argv[argv.index("--") + 1 :] == cmd
     assert cmd[:2] == ["/py thon", weird + "/s.py"]
     assert cmd[cmd.index("--report") + 1] == weird
@@ -202,7 +202,7 @@ def test_benchmark_command() -> None:
     options = BenchOptions(
         model="MobileNetV2", batch=8, image_size=32, steps=20, iters=4, warmup=3, threads=1
     )
-    assert bench.benchmark_command("py", "s.py", options, "out") == [
+    assert core.benchmark_command("py", "s.py", options, "out") == [
         "py", "s.py", "--model", "MobileNetV2", "--batch-size", "8", "--image-size", "32",
         "--num-warmup-batches", "3", "--num-batches-per-iter", "5", "--num-iters", "4",
         "--threads", "1", "--report", "out",
@@ -211,8 +211,8 @@ def test_benchmark_command() -> None:
 
 def test_child_environ_sets_threads_only_when_asked() -> None:
     base = {"PATH": "/bin", "OMP_NUM_THREADS": "8"}
-    assert bench.child_environ(base, 0) == base
-    env = bench.child_environ(base, 2)
+    assert core.child_environ(base, 0) == base
+    env = core.child_environ(base, 2)
     assert env["OMP_NUM_THREADS"] == env["TF_NUM_INTRAOP_THREADS"] == "2"
     assert env["TF_NUM_INTEROP_THREADS"] == "2" and env["PATH"] == "/bin"
     assert base["OMP_NUM_THREADS"] == "8"  # not changed in place
@@ -238,7 +238,7 @@ def test_child_environ_sets_threads_only_when_asked() -> None:
 def test_choose_launcher(
     requested: str, mode: str, workers: tuple[int, ...], srun: bool, mpirun: bool, expected: str
 ) -> None:
-    assert bench.choose_launcher(requested, mode, workers, srun, mpirun) == expected
+    assert core.choose_launcher(requested, mode, workers, srun, mpirun) == expected
 
 
 @pytest.mark.parametrize(
@@ -262,7 +262,7 @@ def test_choose_launcher_refuses(
     error: type[Exception],
 ) -> None:
     with pytest.raises(error):
-        bench.choose_launcher(requested, mode, workers, srun, mpirun)
+        core.choose_launcher(requested, mode, workers, srun, mpirun)
 
 
 # ---------------------------------------------------------------------- reports -> result
@@ -281,7 +281,7 @@ def rank_report(rank: int, rates: Sequence[float], replicas: int = 2) -> dict[st
 
 
 def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:
-    found = bench.result_from_reports(
+    found = core.result_from_reports(
         2, [rank_report(1, [1.0]), rank_report(0, [10.0, 12.0, 14.0])], 40.0, ["srun"]
     )
     assert found.per_worker == pytest.approx(12.0)
@@ -294,4 +294,4 @@ def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:
 
 def test_result_from_reports_counts_the_ranks() -> None:
     with pytest.raises(LaunchError, match="2 workers were asked for but 1 reports"):
-        bench.result_from_reports(2, [rank_report(0, [1.0])], 1.0, [])
+        core.result_from_reports(2, [rank_report(0, [1.0])], 1.0, [])

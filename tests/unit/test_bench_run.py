@@ -1,5 +1,5 @@
 """ctrain bench's side effects without Slurm: the run loop with a recording fake of
-runner.stream, the outputs (JSON, Markdown, PNG), and the CLI."""
+proc.stream, the outputs (JSON, Markdown, PNG), and the CLI."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ctrain import bench_run, runner
-from ctrain.bench import BenchOptions, scaling_rows
+from ctrain.bench import run
+from ctrain.bench.core import BenchOptions, scaling_rows
 from ctrain.cli import main
 from ctrain.errors import ExternalToolError
+from ctrain.util import proc
 
 from .test_bench import rank_report, result
 
@@ -22,13 +23,13 @@ from .test_bench import rank_report, result
 def test_plot_is_a_png(tmp_path: Path) -> None:
     rows = scaling_rows([result(1, 100), result(2, 190), result(4, 350)])
     path = tmp_path / "sub" / "speedup.png"
-    bench_run.plot_speedup(rows, path, "a title")
+    run.plot_speedup(rows, path, "a title")
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert path.stat().st_size > 10_000
 
 
 def test_plot_of_one_count(tmp_path: Path) -> None:
-    bench_run.plot_speedup(scaling_rows([result(1, 100)]), tmp_path / "one.png", "one")
+    run.plot_speedup(scaling_rows([result(1, 100)]), tmp_path / "one.png", "one")
     assert (tmp_path / "one.png").is_file()
 
 
@@ -36,7 +37,7 @@ def test_plot_of_one_count(tmp_path: Path) -> None:
 
 
 class FakeStream:
-    """Stands in for runner.stream: records argv, writes the ranks' reports, prints lines."""
+    """Stands in for proc.stream: records argv, writes the ranks' reports, prints lines."""
 
     def __init__(self, rate_per_worker: Callable[[int], float], code: int = 0) -> None:
         self.rate_per_worker, self.code = rate_per_worker, code
@@ -66,8 +67,8 @@ class FakeStream:
 @pytest.fixture
 def fake_stream(monkeypatch: pytest.MonkeyPatch) -> FakeStream:
     fake = FakeStream(lambda workers: 100.0 - 10 * (workers - 1))
-    monkeypatch.setattr(runner, "stream", fake)
-    monkeypatch.setattr(runner, "which", lambda program, env=None: f"/usr/bin/{program}")
+    monkeypatch.setattr(proc, "stream", fake)
+    monkeypatch.setattr(proc, "which", lambda program, env=None: f"/usr/bin/{program}")
     return fake
 
 
@@ -75,7 +76,7 @@ def test_run_loop_with_a_fake_launcher(tmp_path: Path, fake_stream: FakeStream) 
     options = BenchOptions(workers=(1, 2, 4), iters=2, steps=4, threads=1)
     progress = io.StringIO()
     seen: list[int] = []
-    report = bench_run.run(
+    report = run.run(
         options,
         tmp_path,
         {"PATH": "/bin"},
@@ -99,7 +100,7 @@ def test_run_loop_with_a_fake_launcher(tmp_path: Path, fake_stream: FakeStream) 
     lines = progress.getvalue().splitlines()
     assert lines[-1].startswith("[########################] 9/9  4 workers:")
     assert (tmp_path / "logs" / "w2.log").read_text().startswith("$ srun -n 2 ")
-    paths = bench_run.write_outputs(report, tmp_path)
+    paths = run.write_outputs(report, tmp_path)
     assert json.loads(paths["json"].read_text())["scaling"][2]["workers"] == 4
     assert "| 4 | multiworker | 280.0 |" in paths["markdown"].read_text()
     assert paths["plot"].is_file()
@@ -108,7 +109,7 @@ def test_run_loop_with_a_fake_launcher(tmp_path: Path, fake_stream: FakeStream) 
 def test_a_failed_run_names_its_log(tmp_path: Path, fake_stream: FakeStream) -> None:
     fake_stream.code = 3
     with pytest.raises(ExternalToolError, match="1-worker run exited 3") as caught:
-        bench_run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
+        run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
                   progress_out=io.StringIO())  # fmt: skip
     assert str(tmp_path / "logs" / "w1.log") in caught.value.fix
 
@@ -117,7 +118,7 @@ def test_stale_reports_are_removed_first(tmp_path: Path, fake_stream: FakeStream
     stale = tmp_path / "reports" / "w1"
     stale.mkdir(parents=True)
     (stale / "rank5.json").write_text("{}")
-    bench_run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
+    run.run(BenchOptions(workers=(1,)), tmp_path, {}, Path("s.py"), "py", "ctrain",
               progress_out=io.StringIO())  # fmt: skip
     assert not (stale / "rank5.json").exists()
 
@@ -164,6 +165,6 @@ def test_bench_cli_errors_are_one_line(args: list[str], message: str) -> None:
 
 
 def test_default_script_is_the_examples_one() -> None:
-    found = bench_run.default_script()
+    found = run.default_script()
     assert found is not None and found.name == "synthetic_benchmark.py"
     assert found.parent.name == "examples"

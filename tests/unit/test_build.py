@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.build import BuildRequest, build_argv, check_request, default_target, temp_target
-from ctrain.runtimes.spec import SpecError
+from ctrain.container.spec import SpecError
+from ctrain.images.build import BuildRequest, build_argv, check_request, default_target, temp_target
 
 from . import fake_apptainer
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.cachedirs import (
+from ctrain.errors import ConfigError
+from ctrain.images.cachedir import (
     NO_CACHE_FIX,
     CacheChoice,
     apptainer_env,
@@ -17,7 +18,6 @@ from ctrain.cachedirs import (
     is_under,
     resolve_cache_dir,
 )
-from ctrain.errors import ConfigError
 
 HOME = "/home/u"
 EXISTING = {Path(p) for p in ("/app-out", "/home/u/app", "/s", "/scratch/u")}

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import ctrain.distributed
-from ctrain import checkpoints
-from ctrain.checkpoints import CheckpointError, Fingerprint
+from ctrain.train import checkpoints
+from ctrain.train.checkpoints import CheckpointError, Fingerprint
 
 FP = checkpoints.fingerprint({"layers": [1, 2]}, {"lr": 0.1})
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -60,7 +61,11 @@ def test_launch_help_names_env_vars() -> None:
 
 
 def test_every_command_group_is_there() -> None:
-    assert sorted(main.commands) == sorted(COMMANDS)
+    ctx = click.Context(main)
+    assert main.list_commands(ctx) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = main.get_command(ctx, name)
+        assert isinstance(command, click.Command) and command.name == name
 
 
 def test_cli_and_launch_never_import_tensorflow() -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ctrain import data
 from ctrain.cli import main
-from ctrain.data import DataError, DatasetName
+from ctrain.train import data
+from ctrain.train.data import DataError, DatasetName
 
 
 def prepare(root: Path, *parts: str, splits: dict[str, int] | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""The embedded datasets (no network) and runner.stream, which ctrain bench reads runs with."""
+"""The embedded datasets (no network) and proc.stream, which ctrain bench reads runs with."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from ctrain import runner
-from ctrain.demo_data import SHAPE_CLASSES, synthetic_digits, synthetic_shapes
 from ctrain.errors import ExternalToolError
+from ctrain.train.demo_data import SHAPE_CLASSES, synthetic_digits, synthetic_shapes
+from ctrain.util import proc
 
 
 def test_digits_are_deterministic_and_mnist_shaped() -> None:
@@ -39,7 +39,7 @@ def test_shapes_are_learnable_the_classes_differ() -> None:
 
 def test_stream_hands_over_every_line_of_both_outputs() -> None:
     lines: list[str] = []
-    code = runner.stream(
+    code = proc.stream(
         [sys.executable, "-c", "import sys; print('a'); print('b', file=sys.stderr); exit(3)"],
         None,
         lines.append,
@@ -51,9 +51,9 @@ def test_stream_hands_over_every_line_of_both_outputs() -> None:
 
 def test_stream_stops_a_run_past_its_timeout() -> None:
     with pytest.raises(ExternalToolError, match="did not finish within 1"):
-        runner.stream([sys.executable, "-c", "import time; time.sleep(60)"], None, print, 1)
+        proc.stream([sys.executable, "-c", "import time; time.sleep(60)"], None, print, 1)
 
 
 def test_stream_missing_program() -> None:
     with pytest.raises(ExternalToolError, match="not found"):
-        runner.stream(["/nonexistent/program"], None, print)
+        proc.stream(["/nonexistent/program"], None, print)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import launch
 from ctrain.distributed import Context, Launched, launched_from, prepare_environ
 from ctrain.errors import LaunchError
-from ctrain.modes import Mode
-from ctrain.plan import LaunchOptions
+from ctrain.launch import start
+from ctrain.launch.modes import Mode
+from ctrain.launch.plan import LaunchOptions
 
 
 @dataclass
@@ -76,7 +76,7 @@ def test_only_the_chief_gets_the_checkpoint_path(tmp_path: Path) -> None:
 
 
 def test_horovod_mode_refused_when_horovod_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(LaunchError, match="Horovod is not importable") as caught:
-        launch.prepare(LaunchOptions(mode="horovod"), {})
+        start.prepare(LaunchOptions(mode="horovod"), {})
     assert "make install" in caught.value.fix

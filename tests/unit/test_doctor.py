@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ctrain import doctor, runner
+from ctrain import doctor
 from ctrain.cli import main
 from ctrain.doctor import Check
 from ctrain.settings import resolve
+from ctrain.util import proc
 
 # ---- captured output of the real tools ----
 
@@ -142,8 +143,8 @@ HEALTHY_ANSWERS = {
 
 def fake(monkeypatch: pytest.MonkeyPatch, tools: Mapping[str, str] = HEALTHY_TOOLS) -> FakeRunner:
     runner_ = FakeRunner(tools, HEALTHY_ANSWERS)
-    monkeypatch.setattr(runner, "which", runner_.which)
-    monkeypatch.setattr(runner, "run", runner_.run)
+    monkeypatch.setattr(proc, "which", runner_.which)
+    monkeypatch.setattr(proc, "run", runner_.run)
     return runner_
 
 
@@ -299,8 +300,8 @@ def test_a_crash_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runner, "which", boom)
-    monkeypatch.setattr(runner, "run", boom)
+    monkeypatch.setattr(proc, "which", boom)
+    monkeypatch.setattr(proc, "run", boom)
     env = {"HOME": "/nonexistent-home"}
     results = doctor.run_checks(env, resolve({}, env, Path("/nonexistent-cwd")))
     names = ["runtime", "cache", "tmp", "slurm", "gpus", "tensorflow", "horovod", "mpi"]

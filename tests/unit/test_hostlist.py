@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctrain.errors import EnvironmentParseError
-from ctrain.hostlist import MAX_HOSTS, expand_hostlist, expand_tasks_per_node
+from ctrain.launch.hostlist import MAX_HOSTS, expand_hostlist, expand_tasks_per_node
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""images.py's pure parts: references, names, argv, the SIF header, sidecars, the reuse
+"""pull.py's pure parts: references, names, argv, the SIF header, sidecars, the reuse
 decision, docker's inspect output, and the pull lock between two processes."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import images, locks
 from ctrain.errors import ConfigError
-from ctrain.images import Sidecar, TargetState
+from ctrain.images import pull
+from ctrain.images.pull import Sidecar, TargetState
+from ctrain.util import locks
 from tests.unit.fake_apptainer import sif_bytes
 
 WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,", "ünï"]
@@ -37,7 +38,7 @@ DIGEST = "sha256:" + "ab" * 32
     ],
 )
 def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
-    assert images.check_ref(ref, runtime) == expected
+    assert pull.check_ref(ref, runtime) == expected
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,7 @@ def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
 )
 def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
-        images.check_ref(ref, runtime)
+        pull.check_ref(ref, runtime)
     assert words in info.value.line()
     assert "\n" not in info.value.line().replace(repr(ref), "")
 
@@ -72,25 +73,25 @@ def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> N
     ],
 )
 def test_image_filename(ref: str, name: str) -> None:
-    assert images.image_filename(ref) == name
+    assert pull.image_filename(ref) == name
 
 
 def test_long_names_are_shortened_and_stay_distinct() -> None:
-    a = images.image_filename("docker://r/" + "x" * 300 + ":1")
-    b = images.image_filename("docker://r/" + "x" * 300 + ":2")
+    a = pull.image_filename("docker://r/" + "x" * 300 + ":1")
+    b = pull.image_filename("docker://r/" + "x" * 300 + ":2")
     assert a != b and len(a) < 130 and a.endswith(".sif")
 
 
 def test_digest_in_ref() -> None:
-    assert images.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
-    assert images.digest_in_ref("docker://r/x:1") is None
+    assert pull.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
+    assert pull.digest_in_ref("docker://r/x:1") is None
 
 
 def test_companion_paths() -> None:
     target = Path("/c/images/x.sif")
-    assert images.sidecar_of(target) == Path("/c/images/x.sif.json")
-    assert images.lock_of(target) == Path("/c/images/x.sif.lock")
-    assert images.temp_for(target, "12-ab") == Path("/c/images/.x.sif.pull-12-ab")
+    assert pull.sidecar_of(target) == Path("/c/images/x.sif.json")
+    assert pull.lock_of(target) == Path("/c/images/x.sif.lock")
+    assert pull.temp_for(target, "12-ab") == Path("/c/images/.x.sif.pull-12-ab")
 
 
 # -- argv golden tests --------------------------------------------------------------------------
@@ -99,18 +100,18 @@ def test_companion_paths() -> None:
 @pytest.mark.parametrize("name", WEIRD)
 def test_sif_argv_round_trips_any_path(name: str) -> None:
     temp = Path("/d") / name / ".x.sif.pull-1"
-    assert images.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
+    assert pull.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
         "apptainer", "pull", str(temp), "docker://a/b:1",
     ]  # fmt: skip
-    assert images.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
+    assert pull.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
         "/opt/singularity", "pull", "--force", str(temp), "oras://a/b:1",
     ]  # fmt: skip
-    assert images.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
+    assert pull.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
 
 
 def test_engine_argv() -> None:
-    assert images.engine_pull_argv("docker", "r/x:1") == ["docker", "pull", "r/x:1"]
-    assert images.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
+    assert pull.engine_pull_argv("docker", "r/x:1") == ["docker", "pull", "r/x:1"]
+    assert pull.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
 
 
 # -- SIF header ---------------------------------------------------------------------------------
@@ -123,12 +124,12 @@ def _sif(payload: int = 1000) -> bytes:
 
 def test_a_whole_sif_passes() -> None:
     data = _sif()
-    assert images.sif_problem(data[:128], len(data)) is None
+    assert pull.sif_problem(data[:128], len(data)) is None
 
 
 def test_magic_is_at_byte_32() -> None:
     data = _sif()
-    assert data[images.SIF_MAGIC_OFFSET : images.SIF_MAGIC_OFFSET + 10] == b"SIF_MAGIC\x00"
+    assert data[pull.SIF_MAGIC_OFFSET : pull.SIF_MAGIC_OFFSET + 10] == b"SIF_MAGIC\x00"
 
 
 @pytest.mark.parametrize(
@@ -146,7 +147,7 @@ def test_magic_is_at_byte_32() -> None:
 )
 def test_damaged_sif_headers(mutate, words: str) -> None:  # type: ignore[no-untyped-def]
     data = mutate(_sif())
-    problem = images.sif_problem(data[:128], len(data))
+    problem = pull.sif_problem(data[:128], len(data))
     assert problem is not None and words in problem
 
 
@@ -155,9 +156,9 @@ def test_check_sif_on_disk(tmp_path: Path) -> None:
     good.write_bytes(_sif())
     bad = tmp_path / "bad.sif"
     bad.write_bytes(_sif()[:4200])
-    assert images.check_sif(good) is None
-    assert "truncated" in str(images.check_sif(bad))
-    assert "cannot read" in str(images.check_sif(tmp_path / "missing"))
+    assert pull.check_sif(good) is None
+    assert "truncated" in str(pull.check_sif(bad))
+    assert "cannot read" in str(pull.check_sif(tmp_path / "missing"))
 
 
 # -- sidecars -----------------------------------------------------------------------------------
@@ -178,8 +179,8 @@ def _sidecar(**changes: object) -> Sidecar:
 def test_sidecar_round_trip(tmp_path: Path) -> None:
     sidecar = _sidecar(digest=DIGEST, target="/x y/z.sif")
     path = tmp_path / "x.sif.json"
-    images.write_atomic(path, sidecar.to_json())
-    assert images.read_sidecar(path) == sidecar
+    pull.write_atomic(path, sidecar.to_json())
+    assert pull.read_sidecar(path) == sidecar
     assert json.loads(path.read_text())["ref"] == "docker://a/b:1"
     assert [p.name for p in tmp_path.iterdir()] == ["x.sif.json"]  # no temporary left
 
@@ -239,7 +240,7 @@ def test_decide(  # noqa: PLR0913
     action: str,
     words: str,
 ) -> None:
-    got, reason = images.decide(sidecar, REF, state, owned, force)
+    got, reason = pull.decide(sidecar, REF, state, owned, force)
     assert (got, words in reason) == (action, True), reason
 
 
@@ -257,10 +258,10 @@ INSPECT = json.dumps(
 
 
 def test_parse_engine_inspect() -> None:
-    image = images.parse_engine_inspect(INSPECT)
-    assert image == images.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
+    image = pull.parse_engine_inspect(INSPECT)
+    assert image == pull.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
     with pytest.raises(ValueError):
-        images.parse_engine_inspect("[]")
+        pull.parse_engine_inspect("[]")
 
 
 @pytest.mark.parametrize(
@@ -273,32 +274,32 @@ def test_parse_engine_inspect() -> None:
     ],
 )
 def test_repository_of(ref: str, repo: str) -> None:
-    assert images.repository_of(ref) == repo
+    assert pull.repository_of(ref) == repo
 
 
 def test_pick_digest() -> None:
     other = "sha256:" + "cd" * 32
     digests = [f"other/x@{other}", f"127.0.0.1:5000/t/bb@{DIGEST}"]
-    assert images.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
-    assert images.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert images.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert images.pick_digest("x:1", []) is None
-    assert images.pick_digest(f"x@{DIGEST}", []) == DIGEST
+    assert pull.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
+    assert pull.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert pull.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert pull.pick_digest("x:1", []) is None
+    assert pull.pick_digest(f"x@{DIGEST}", []) == DIGEST
 
 
 def test_engine_pull_status() -> None:
     fresh = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Downloaded newer image for t/bb:1\n"
     same = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Image is up to date for t/bb:1\n"
-    assert images.engine_pull_status(fresh) == "downloaded"
-    assert images.engine_pull_status(same) == "up to date"
-    assert images.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
+    assert pull.engine_pull_status(fresh) == "downloaded"
+    assert pull.engine_pull_status(same) == "up to date"
+    assert pull.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
 
 
 # -- plans --------------------------------------------------------------------------------------
 
 
 def test_plan_default_target_is_in_the_cache(tmp_path: Path) -> None:
-    plan = images.plan_pull(
+    plan = pull.plan_pull(
         "docker://a/b:1", "apptainer", "apptainer", None, tmp_path, False, Path.is_dir
     )
     assert plan.target == tmp_path / "images" / "docker_a_b_1.sif"
@@ -307,11 +308,11 @@ def test_plan_default_target_is_in_the_cache(tmp_path: Path) -> None:
 
 
 def test_plan_output_directory_and_file(tmp_path: Path) -> None:
-    into_dir = images.plan_pull(
+    into_dir = pull.plan_pull(
         "docker://a/b:1", "apptainer", "a", str(tmp_path), tmp_path, False, Path.is_dir
     )
     assert into_dir.target == tmp_path / "docker_a_b_1.sif" and not into_dir.owned
-    named = images.plan_pull(
+    named = pull.plan_pull(
         "docker://a/b:1",
         "apptainer",
         "a",
@@ -338,13 +339,13 @@ def test_plan_refusals(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as info:
-        images.plan_pull("docker://a/b:1", runtime, runtime, output, tmp_path, False, Path.is_dir)
+        pull.plan_pull("docker://a/b:1", runtime, runtime, output, tmp_path, False, Path.is_dir)
     assert words in info.value.message
     assert list(tmp_path.iterdir()) == []
 
 
 def test_plan_docker_record_in_the_cache(tmp_path: Path) -> None:
-    plan = images.plan_pull(
+    plan = pull.plan_pull(
         "docker://r:5000/t/bb:1", "docker", "docker", None, tmp_path, False, Path.is_dir
     )
     assert plan.ref == "r:5000/t/bb:1" and plan.target is None
@@ -356,7 +357,7 @@ def test_remove_stale_temps(tmp_path: Path) -> None:
     target = tmp_path / "x.sif"
     for name in (".x.sif.pull-1-aa", ".x.sif.pull-2-bb", ".y.sif.pull-1", "x.sif", "x.sif.json"):
         (tmp_path / name).write_text(name)
-    removed = images.remove_stale_temps(target)
+    removed = pull.remove_stale_temps(target)
     assert sorted(p.name for p in removed) == [".x.sif.pull-1-aa", ".x.sif.pull-2-bb"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".y.sif.pull-1", "x.sif", "x.sif.json"]
 
@@ -367,7 +368,7 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from ctrain import locks
+    from ctrain.util import locks
     with locks.hold_lock(Path(sys.argv[1]), "the other pull, pid 1 on n1", print):
         print("held", flush=True)
         sys.stdin.read()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import jobs
-from ctrain.checkpoints import REQUEUE_EXIT_CODE
-from ctrain.jobs import JobRequest
+from ctrain.slurm import jobs
+from ctrain.slurm.jobs import JobRequest
+from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 
 FAKE_STEP = """#!/bin/bash
 # A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from ctrain.errors import EnvironmentParseError
-from ctrain.jobenv import GpuEnv, JobEnv, MpiEnv, SlurmEnv
+from ctrain.launch.jobenv import GpuEnv, JobEnv, MpiEnv, SlurmEnv
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_CPUS_PER_TASK": "8"}
 

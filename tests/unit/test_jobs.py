@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ctrain import jobs
 from ctrain.cli import main
-from ctrain.jobs import JobRequest, JobRequestError
+from ctrain.slurm import jobs
+from ctrain.slurm.jobs import JobRequest, JobRequestError
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "jobs"
@@ -136,7 +136,7 @@ def test_the_signal_and_requeue_part_is_the_same_everywhere() -> None:
 
 
 def jobs_exit_code() -> int:
-    from ctrain.checkpoints import REQUEUE_EXIT_CODE
+    from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 
     return REQUEUE_EXIT_CODE
 

@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from ctrain.errors import LaunchError
-from ctrain.jobenv import JobEnv
-from ctrain.modes import Mode, Placement, choose_mode, placement
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.modes import Mode, Placement, choose_mode, placement
 
 JOB = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "vm", "SLURM_NODEID": "0"}
 STEP2 = {

@@ -1,4 +1,4 @@
-"""overlays.py: sizes, inode counts, argv, refusals (one line, nothing written), creation with the
+"""overlay.py: sizes, inode counts, argv, refusals (one line, nothing written), creation with the
 fake apptainer, and the read-write lock between processes (held across exec, named, :ro)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import overlays
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
+from ctrain.images import overlay
 from tests.unit import fake_apptainer
 
 MIB = 1024**2
@@ -42,7 +42,7 @@ WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,"
     ],
 )
 def test_parse_size(text: str, size: int) -> None:
-    assert overlays.parse_size(text) == size
+    assert overlay.parse_size(text) == size
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_parse_size(text: str, size: int) -> None:
 )
 def test_parse_size_refuses(text: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
-        overlays.parse_size(text)
+        overlay.parse_size(text)
     assert words in info.value.message and info.value.fix
 
 
@@ -69,30 +69,30 @@ def test_parse_size_refuses(text: str, words: str) -> None:
     ("text", "count"), [("500K", 500_000), ("2M", 2_000_000), ("100000", 100_000), ("64", 64)]
 )
 def test_parse_inodes(text: str, count: int) -> None:
-    assert overlays.parse_inodes(text) == count
+    assert overlay.parse_inodes(text) == count
 
 
 @pytest.mark.parametrize("text", ["", "lots", "5KiB", "-5", "63", "1G"])
 def test_parse_inodes_refuses(text: str) -> None:
     with pytest.raises(ConfigError):
-        overlays.parse_inodes(text)
+        overlay.parse_inodes(text)
 
 
 @pytest.mark.parametrize("name", WEIRD)
 def test_argv_golden(name: str) -> None:
     path = Path("/scratch") / name / "o.img"
-    assert overlays.apptainer_create_argv("apptainer", path, 15 * GIB, False) == [
+    assert overlay.apptainer_create_argv("apptainer", path, 15 * GIB, False) == [
         "apptainer", "overlay", "create", "--size", "15360", str(path),
     ]  # fmt: skip
-    assert overlays.apptainer_create_argv("/opt/bin/apptainer", path, 64 * MIB, True) == [
+    assert overlay.apptainer_create_argv("/opt/bin/apptainer", path, 64 * MIB, True) == [
         "/opt/bin/apptainer", "overlay", "create", "--size", "64", "--sparse", str(path),
     ]  # fmt: skip
     stage = Path("/tmp") / name
-    assert overlays.mkfs_argv("/usr/sbin/mkfs.ext3", path, stage, None, 1000, 100, True) == [
+    assert overlay.mkfs_argv("/usr/sbin/mkfs.ext3", path, stage, None, 1000, 100, True) == [
         "/usr/sbin/mkfs.ext3", "-q", "-m", "0", "-d", str(stage),
         "-E", "root_owner=1000:100", str(path),
     ]  # fmt: skip
-    assert overlays.mkfs_argv("mkfs.ext3", path, stage, 500_000, 0, 0, False) == [
+    assert overlay.mkfs_argv("mkfs.ext3", path, stage, 500_000, 0, 0, False) == [
         "mkfs.ext3", "-q", "-m", "0", "-d", str(stage),
         "-E", "root_owner=0:0,nodiscard", "-N", "500000", str(path),
     ]  # fmt: skip
@@ -105,19 +105,19 @@ def which_of(*present: str):  # type: ignore[no-untyped-def]
 def test_plan_picks_apptainer_unless_inodes(tmp_path: Path) -> None:
     target = str(tmp_path / "o.img")
     both = which_of("apptainer", "mkfs.ext3")
-    plan = overlays.plan_create(target, "1G", None, True, both)
+    plan = overlay.plan_create(target, "1G", None, True, both)
     assert (plan.method, plan.program, plan.size, plan.sparse) == (
         "apptainer",
         "/bin/apptainer",
         GIB,
         True,
     )
-    plan = overlays.plan_create(target, "1G", "500K", True, both)
+    plan = overlay.plan_create(target, "1G", "500K", True, both)
     assert (plan.method, plan.program, plan.inodes) == ("e2fsprogs", "/bin/mkfs.ext3", 500_000)
-    plan = overlays.plan_create(target, "1G", None, True, which_of("mkfs.ext3"))
+    plan = overlay.plan_create(target, "1G", None, True, which_of("mkfs.ext3"))
     assert plan.method == "e2fsprogs"
     with pytest.raises(ExternalToolError) as info:
-        overlays.plan_create(target, "1G", None, True, which_of())
+        overlay.plan_create(target, "1G", None, True, which_of())
     assert "install e2fsprogs" in info.value.fix
 
 
@@ -126,7 +126,7 @@ def test_tool_finder_looks_in_sbin() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("CI=true and no mkfs.ext3 in sbin (make system)", pytrace=False)
         pytest.skip("no mkfs.ext3 in sbin here")
-    assert overlays.tool_finder({"PATH": "/nonexistent"})("mkfs.ext3") is not None
+    assert overlay.tool_finder({"PATH": "/nonexistent"})("mkfs.ext3") is not None
 
 
 # -- the CLI: refusals and creation with the fake apptainer -------------------------------------
@@ -236,8 +236,8 @@ HOLD_THEN_EXEC = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from ctrain import overlays
-    fd = overlays.acquire_rw_lock(Path(sys.argv[1]), f"pid {os.getpid()} on node7, job 77")
+    from ctrain.images import overlay
+    fd = overlay.acquire_rw_lock(Path(sys.argv[1]), f"pid {os.getpid()} on node7, job 77")
     print(fd, flush=True)
     os.execvp("sleep", ["sleep", "120"])
     """
@@ -266,7 +266,7 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
         assert holder.stdout is not None and holder.stdout.readline().strip().isdigit()
         _wait_exec(holder.pid)
         with pytest.raises(LaunchError) as info:
-            overlays.acquire_rw_lock(overlay_file, "me")
+            overlay.acquire_rw_lock(overlay_file, "me")
         error = info.value
         assert error.exit_code == 4
         assert f"in use read-write by pid {holder.pid} on node7, job 77" in error.message
@@ -275,7 +275,7 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
     finally:
         holder.kill()
         holder.wait()
-    fd = overlays.acquire_rw_lock(overlay_file, "me now")
+    fd = overlay.acquire_rw_lock(overlay_file, "me now")
     try:
         assert os.get_inheritable(fd)
         assert (overlay_file.parent / "o.img.lock").read_text().strip() == "me now"
@@ -286,14 +286,14 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
 def test_two_names_of_one_overlay_share_the_lock(overlay_file: Path) -> None:
     link = overlay_file.parent / "link.img"
     link.symlink_to(overlay_file)
-    fd = overlays.acquire_rw_lock(overlay_file, "first")
+    fd = overlay.acquire_rw_lock(overlay_file, "first")
     try:
         child = subprocess.run(
             [
                 sys.executable,
                 "-c",
-                "import sys; from pathlib import Path; from ctrain import "
-                "overlays; overlays.acquire_rw_lock(Path(sys.argv[1]), 'second')",
+                "import sys; from pathlib import Path; from ctrain.images import "
+                "overlay; overlay.acquire_rw_lock(Path(sys.argv[1]), 'second')",
                 str(link),
             ],
             capture_output=True,
@@ -308,7 +308,7 @@ def test_two_names_of_one_overlay_share_the_lock(overlay_file: Path) -> None:
 def test_an_empty_holder_is_described() -> None:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "o.img"
-        fd = overlays.acquire_rw_lock(path, "", environ={"SLURM_JOB_ID": "5"})
+        fd = overlay.acquire_rw_lock(path, "", environ={"SLURM_JOB_ID": "5"})
         try:
             text = (Path(directory) / "o.img.lock").read_text()
             assert text.startswith("ctrain, pid ") and "Slurm job 5" in text
@@ -317,8 +317,8 @@ def test_an_empty_holder_is_described() -> None:
 
 
 def test_fallback_lock_file_name() -> None:
-    a = overlays.fallback_lock_file(Path("/ro/a/o.img"), Path("/c/locks"))
-    b = overlays.fallback_lock_file(Path("/ro/b/o.img"), Path("/c/locks"))
+    a = overlay.fallback_lock_file(Path("/ro/a/o.img"), Path("/c/locks"))
+    b = overlay.fallback_lock_file(Path("/ro/b/o.img"), Path("/c/locks"))
     assert a.parent == Path("/c/locks") and a.name.endswith("-o.img.lock") and a != b
 
 
@@ -326,10 +326,10 @@ TRY_LOCK = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from ctrain import overlays
+    from ctrain.images import overlay
     from ctrain.errors import LaunchError
     try:
-        fd = overlays.acquire_rw_lock(Path(sys.argv[1]), sys.argv[2])
+        fd = overlay.acquire_rw_lock(Path(sys.argv[1]), sys.argv[2])
     except LaunchError as exc:
         print("refused:", exc.line(), flush=True)
         sys.exit(0)

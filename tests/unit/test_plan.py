@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ctrain.errors import LaunchError
-from ctrain.jobenv import JobEnv
-from ctrain.modes import Mode
-from ctrain.plan import (
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.modes import Mode
+from ctrain.launch.plan import (
     PORT_BLOCK,
     PROXY_VARIABLES,
     LaunchOptions,

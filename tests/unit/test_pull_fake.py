@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import images
+from ctrain.images import pull
 from tests.unit import fake_apptainer
 
 REF_A = "docker://registry.example/team/train:1"
@@ -128,7 +128,7 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
     }
     assert not temp.exists()
 
-    sidecar = images.read_sidecar(images.sidecar_of(target))
+    sidecar = pull.read_sidecar(pull.sidecar_of(target))
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.ctrain_version) == (REF_A, "apptainer", "0.1.0")
     assert sidecar.size == len(content(REF_A)) and sidecar.target == str(target)
@@ -138,14 +138,14 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
 
 def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / images.image_filename(REF_A)
-    sidecar_before = images.sidecar_of(target).read_bytes()
+    target = fake.cache / "images" / pull.image_filename(REF_A)
+    sidecar_before = pull.sidecar_of(target).read_bytes()
 
     again = fake.run(REF_A)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"up to date: {target}") and "nothing downloaded" in again.stdout
     assert len(fake.calls("pull")) == 1
-    assert images.sidecar_of(target).read_bytes() == sidecar_before
+    assert pull.sidecar_of(target).read_bytes() == sidecar_before
 
     forced = fake.run("--force", REF_A)
     assert forced.returncode == 0, forced.stderr
@@ -156,24 +156,24 @@ def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
 def test_ref_defaults_to_the_image_setting(fake: Env) -> None:
     done = fake.run(CTRAIN_IMAGE=REF_B)
     assert done.returncode == 0, done.stderr
-    assert (fake.cache / "images" / images.image_filename(REF_B)).read_bytes() == content(REF_B)
+    assert (fake.cache / "images" / pull.image_filename(REF_B)).read_bytes() == content(REF_B)
 
 
 def test_output_file_and_directory(fake: Env) -> None:
     (fake.tmp / "out dir").mkdir()
     done = fake.run(REF_A, "-o", "out dir")
     assert done.returncode == 0, done.stderr
-    assert (fake.tmp / "out dir" / images.image_filename(REF_A)).read_bytes() == content(REF_A)
+    assert (fake.tmp / "out dir" / pull.image_filename(REF_A)).read_bytes() == content(REF_A)
     named = fake.tmp / "out dir" / 'train\'s "image".sif'
     done = fake.run(REF_A, "-o", str(named))
     assert done.returncode == 0, done.stderr
     assert named.read_bytes() == content(REF_A)
-    assert images.read_sidecar(images.sidecar_of(named)) is not None
+    assert pull.read_sidecar(pull.sidecar_of(named)) is not None
 
 
 def test_a_damaged_target_is_pulled_again(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / images.image_filename(REF_A)
+    target = fake.cache / "images" / pull.image_filename(REF_A)
     with target.open("r+b") as handle:
         handle.truncate(5000)
     done = fake.run(REF_A)
@@ -223,7 +223,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
     try:
         assert target.read_bytes() == content(REF_A)
-        assert images.read_sidecar(images.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
+        assert pull.read_sidecar(pull.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
         assert temp.exists()  # left behind: SIGKILL gives ctrain no chance
         after_kill = snapshot(fake.tmp)
         for name in ("img.sif", "img.sif.json"):
@@ -270,7 +270,7 @@ def test_three_concurrent_pulls_download_once(fake: Env) -> None:
     assert outs == ["pulled", "up", "up"]
     waited = [err for _, err in results if "waiting for another pull" in err]
     assert len(waited) == 2 and all("ctrain pull, pid " in err for err in waited)
-    target = fake.cache / "images" / images.image_filename(REF_A)
+    target = fake.cache / "images" / pull.image_filename(REF_A)
     assert target.read_bytes() == content(REF_A)
     assert not [p for p in target.parent.iterdir() if ".pull-" in p.name]
 
@@ -343,14 +343,12 @@ def test_too_little_free_space_is_refused_before_a_download(fake: Env) -> None:
     lines = done.stderr.strip().splitlines()
     assert "GiB needed" in lines[-1] and "CTRAIN_MIN_FREE_GB" in lines[-1]
     assert fake.calls("pull") == []
-    assert not (fake.cache / "images" / images.image_filename(REF_A)).exists()
+    assert not (fake.cache / "images" / pull.image_filename(REF_A)).exists()
 
 
 def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
     fake_apptainer.install(fake.tmp / "bin", "singularity")
     done = fake.run(REF_A, "--runtime", "singularity")
     assert done.returncode == 0, done.stderr
-    sidecar = images.read_sidecar(
-        images.sidecar_of(fake.cache / "images" / images.image_filename(REF_A))
-    )
+    sidecar = pull.read_sidecar(pull.sidecar_of(fake.cache / "images" / pull.image_filename(REF_A)))
     assert sidecar is not None and sidecar.runtime == "singularity"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ctrain.container.docker import mount
+from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.container.spec import Bind, SpecError, parse_bind, parse_env_file
 from ctrain.errors import CtrainError
-from ctrain.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
-from ctrain.runtimes.docker import mount
-from ctrain.runtimes.spec import Bind, SpecError, parse_bind, parse_env_file
 
 GOLDEN = Path(__file__).parent / "golden" / "runtimes.json"
 HOST_ENV = {

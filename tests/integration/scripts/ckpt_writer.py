@@ -23,7 +23,7 @@ ctx = ctrain.distributed.init()
 
 import tensorflow as tf  # noqa: E402
 
-from ctrain import checkpoints  # noqa: E402
+from ctrain.train import checkpoints  # noqa: E402
 
 directory, action = Path(sys.argv[1]), sys.argv[2]
 model = tf.keras.Sequential(

@@ -1,0 +1,1 @@
+"""``ctrain bench``: the synthetic benchmark at several worker counts, and its report."""

@@ -1,0 +1,227 @@
+"""``ctrain bench``'s side effects: run each worker count, show progress, write the outputs.
+
+Processes start through ``ctrain.util.proc.stream``; every output file is written under a
+temporary name and renamed, so an interrupted bench leaves the previous complete files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from ctrain.bench.core import (
+    THREAD_VARIABLES,
+    BenchOptions,
+    BenchReport,
+    Row,
+    benchmark_command,
+    child_environ,
+    choose_launcher,
+    launch_argv,
+    markdown_report,
+    progress_line,
+    progress_units,
+    result_from_reports,
+)
+from ctrain.errors import ExternalToolError
+from ctrain.util import proc
+
+SCRIPT_NAME = "synthetic_benchmark.py"
+
+
+def default_script() -> Path | None:
+    """examples/synthetic_benchmark.py of the source tree ctrain runs from, if there is one."""
+    here = Path(__file__).resolve()
+    for parent in here.parents[1:4]:
+        candidate = parent / "examples" / SCRIPT_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class Progress:
+    """A progress bar: redrawn in place on a terminal, one line per change elsewhere."""
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self.total, self.out = total, out
+        self.done = self.base = 0
+        self.tty = out.isatty()
+        self.label = self.last = ""
+
+    def start_run(self, label: str) -> None:
+        self.label = label
+        self.draw()
+
+    def advance_to(self, run_units: int, detail: str) -> None:
+        if self.base + run_units > self.done:
+            self.done = self.base + run_units
+            self.draw(detail)
+
+    def finish_run(self, units: int, detail: str) -> None:
+        self.base += units
+        self.done = self.base
+        self.draw(detail, final=True)
+
+    def draw(self, detail: str = "", final: bool = False) -> None:
+        text = progress_line(self.done, self.total, f"{self.label} {detail}".strip())
+        if self.tty:
+            self.out.write("\r" + text.ljust(len(self.last)) + ("\n" if final else ""))
+        elif text != self.last:
+            self.out.write(text + "\n")
+        self.last = text
+        self.out.flush()
+
+
+def run(
+    options: BenchOptions,
+    out_dir: Path,
+    environ: Mapping[str, str],
+    script: Path,
+    python: str,
+    ctrain: str,
+    progress_out: TextIO,
+    command: str = "",
+    on_result: Callable[[BenchReport], object] | None = None,
+) -> BenchReport:
+    """Run every worker count in turn; each run's output goes to out_dir/logs/wN.log."""
+    launcher = choose_launcher(
+        options.launcher,
+        options.mode,
+        options.workers,
+        proc.which("srun", environ) is not None,
+        proc.which("mpirun", environ) is not None,
+    )
+    report = BenchReport(
+        options,
+        launcher,
+        host=socket.gethostname(),
+        started=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        command=command,
+    )
+    env = child_environ(environ, options.threads)
+    forward = ["PATH", *(THREAD_VARIABLES if options.threads else ())]
+    units = options.iters + 1  # the warm-up, then each timed iteration
+    progress = Progress(units * len(options.workers), progress_out)
+    for workers in options.workers:
+        reports_dir = out_dir / "reports" / f"w{workers}"
+        for stale in reports_dir.glob("rank*.json"):
+            stale.unlink()
+        argv = launch_argv(
+            launcher,
+            options.mode,
+            workers,
+            ctrain,
+            benchmark_command(python, str(script), options, str(reports_dir)),
+            options.launcher_args,
+            as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+            forward=forward,
+        )
+        progress.start_run(f"{workers} worker{'s' if workers > 1 else ''}:")
+        start = time.monotonic()
+        log_path = out_dir / "logs" / f"w{workers}.log"
+        code = _run_logged(argv, env, log_path, progress, options.timeout)
+        if code != 0:
+            tail = log_path.read_text().strip().splitlines()[-3:]
+            raise ExternalToolError(
+                f"the {workers}-worker run exited {code}: {' | '.join(tail)}",
+                f"see {log_path}",
+            )
+        found = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("rank*.json"))]
+        result = result_from_reports(workers, found, time.monotonic() - start, argv)
+        report.results.append(result)
+        progress.finish_run(units, f"{result.total:.1f} images/s")
+        if on_result is not None:
+            on_result(report)
+    return report
+
+
+def _run_logged(
+    argv: Sequence[str], env: Mapping[str, str], log_path: Path, progress: Progress, timeout: float
+) -> int:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        log.write("$ " + shlex.join(argv) + "\n")
+        log.flush()
+
+        def on_line(line: str) -> None:
+            log.write(line)
+            log.flush()
+            done = progress_units(line)
+            if done is not None:
+                progress.advance_to(done, "warm-up done" if done == 1 else f"iter {done - 1}")
+
+        return proc.stream(argv, env, on_line, timeout=timeout)
+
+
+def _replace(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` through a temporary file in the same directory, then rename it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_outputs(report: BenchReport, out_dir: Path) -> dict[str, Path]:
+    """bench.json, bench.md and speedup.png in ``out_dir``."""
+    paths = {
+        "json": out_dir / "bench.json",
+        "markdown": out_dir / "bench.md",
+        "plot": out_dir / "speedup.png",
+    }
+    text = json.dumps(report.to_json(), indent=2) + "\n"
+    _replace(paths["json"], lambda p: p.write_text(text))
+    markdown = markdown_report(report)
+    _replace(paths["markdown"], lambda p: p.write_text(markdown))
+    rows = report.rows()
+    if rows:
+        o = report.options
+        mode = "/".join(dict.fromkeys(r.mode for r in rows))
+        title = f"{o.model}, {mode}, batch {o.batch}/worker, {o.image_size}px ({report.host})"
+        _replace(paths["plot"], lambda p: plot_speedup(rows, p, title))
+    return paths
+
+
+def plot_speedup(rows: Sequence[Row], path: Path, title: str) -> None:
+    """A PNG of the measured speed-up against workers, with the ideal (linear) line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workers = [r.workers for r in rows]
+    base, last = workers[0], workers[-1]
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=110)
+    ideal_x = [base, last] if last > base else [base, base * 2]
+    ax.plot(ideal_x, [x / base for x in ideal_x], "--", color="0.5", label="ideal (linear)")
+    ax.plot(workers, [r.speedup for r in rows], "o-", color="tab:blue", label="measured")
+    for r in rows:
+        ax.annotate(
+            f"{r.speedup:.2f}x ({r.efficiency:.0%})",
+            (r.workers, r.speedup),
+            textcoords="offset points",
+            xytext=(6, -14),
+            fontsize=8,
+        )
+    ax.set_xticks(workers)
+    ax.set_xlim(0, max(ideal_x) * 1.25)
+    heights = [x / base for x in ideal_x] + [r.speedup for r in rows if math.isfinite(r.speedup)]
+    ax.set_ylim(0, max(heights) * 1.1)
+    ax.set_xlabel("workers")
+    ax.set_ylabel(f"speed-up over {base} worker{'s' if base > 1 else ''}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)

@@ -1,0 +1,141 @@
+"""``ctrain bench``: the Click layer. The work is in ctrain.bench.core and ctrain.bench.run,
+imported when the command runs (the CLI starts fast)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ctrain.cli._options import setting_option, settings_from
+from ctrain.errors import ConfigError
+from ctrain.settings import BY_NAME, Value
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def bench_option(flag: str, name: str, **kwargs: Any) -> Callable[[F], F]:
+    """``--flag`` for the setting ``bench_<flag>``; its help names the CTRAIN_BENCH_* variable."""
+    setting = BY_NAME[name]
+    shown = setting.default if setting.default is not None else "none"
+    kwargs["help"] = (
+        f"{setting.help[:1].upper()}{setting.help[1:]}. [env {setting.env}; default {shown}]"
+    )
+    return click.option(flag, name, default=None, **kwargs)
+
+
+FLAGS = {
+    "bench_workers": "--workers",
+    "bench_model": "--model",
+    "bench_batch": "--batch",
+    "bench_image_size": "--image-size",
+    "bench_steps": "--steps",
+    "bench_iters": "--iters",
+    "bench_warmup": "--warmup",
+    "bench_threads": "--threads",
+    "bench_launcher": "--launcher",
+    "bench_launcher_args": "--launcher-args",
+    "bench_script": "--script",
+    "bench_timeout": "--timeout",
+    "bench_out": "--out",
+}
+
+
+def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
+    """Each given flag parsed by its setting now, so an error names the flag as typed."""
+    for name, text in flags.items():
+        if text is not None and name in FLAGS:
+            try:
+                BY_NAME[name].parse(text)
+            except ValueError as exc:
+                raise ConfigError(f"{FLAGS[name]} {text!r}: {exc}", "correct the flag") from exc
+    return flags
+
+
+@click.command("bench")
+@setting_option("mode", type=click.Choice(["auto", "single", "mirrored", "multiworker", "horovod"]))
+@bench_option(FLAGS["bench_workers"], "bench_workers", metavar="N,N,...")
+@bench_option(FLAGS["bench_model"], "bench_model", metavar="NAME")
+@bench_option(FLAGS["bench_batch"], "bench_batch", metavar="N")
+@bench_option(FLAGS["bench_image_size"], "bench_image_size", metavar="PX")
+@bench_option(FLAGS["bench_steps"], "bench_steps", metavar="N")
+@bench_option(FLAGS["bench_iters"], "bench_iters", metavar="N")
+@bench_option(FLAGS["bench_warmup"], "bench_warmup", metavar="N")
+@bench_option(FLAGS["bench_threads"], "bench_threads", metavar="N")
+@bench_option(
+    FLAGS["bench_launcher"],
+    "bench_launcher",
+    type=click.Choice(["auto", "srun", "mpirun", "local"]),
+)
+@bench_option(FLAGS["bench_launcher_args"], "bench_launcher_args", metavar="'ARGS'")
+@bench_option(FLAGS["bench_script"], "bench_script", metavar="PATH")
+@bench_option(FLAGS["bench_timeout"], "bench_timeout", metavar="S")
+@bench_option(FLAGS["bench_out"], "bench_out", metavar="DIR")
+def bench(**flags: str | None) -> None:
+    """Measure images/second and scaling efficiency with the synthetic benchmark.
+
+    Runs examples/synthetic_benchmark.py at each worker count through the launch path users
+    use (srun -n N ctrain launch -- python synthetic_benchmark.py ...; mpirun -np N for horovod
+    without Slurm), shows progress on stderr, and writes OUT/bench.json, OUT/bench.md (workers,
+    images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
+    the ideal line). Speed-up is against the smallest worker count given.
+    """
+    from ctrain.bench import core as benching
+    from ctrain.bench import run
+
+    s = {name: r.value for name, r in settings_from(checked(flags)).items()}
+    script = run.default_script() if s["bench_script"] is None else Path(str(s["bench_script"]))
+    if script is None or not script.is_file():
+        raise ConfigError(
+            f"no benchmark script at {script}"
+            if s["bench_script"] is not None
+            else "examples/synthetic_benchmark.py is not beside this ctrain installation",
+            "give --script PATH/TO/synthetic_benchmark.py (from ctrain's source, examples/)",
+        )
+    options = benching.BenchOptions(
+        workers=benching.parse_workers(str(s["bench_workers"])),
+        mode=str(s["mode"]),
+        model=str(s["bench_model"]),
+        batch=_count(s["bench_batch"]),
+        image_size=_count(s["bench_image_size"]),
+        steps=_count(s["bench_steps"]),
+        iters=_count(s["bench_iters"]),
+        warmup=_count(s["bench_warmup"]),
+        threads=_count(s["bench_threads"]),
+        launcher=str(s["bench_launcher"]),
+        launcher_args=tuple(shlex.split(str(s["bench_launcher_args"] or ""))),
+        timeout=float(_count(s["bench_timeout"])),
+    )
+    out = Path(str(s["bench_out"]))
+    command = shlex.join(["ctrain", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else ""
+    report = run.run(
+        options,
+        out,
+        os.environ,
+        script.resolve(),
+        sys.executable,
+        _ctrain_beside(sys.executable),
+        progress_out=sys.stderr,
+        command=command,
+        on_result=lambda partial: run.write_outputs(partial, out),
+    )
+    paths = run.write_outputs(report, out)
+    click.echo(benching.markdown_table(report.rows()), nl=False)
+    for kind, path in paths.items():
+        click.echo(f"{kind}: {path}")
+
+
+def _count(value: Value) -> int:
+    """A positive-integer setting's value (settings parsed it); unset is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _ctrain_beside(python: str) -> str:
+    """The ctrain script beside the workers' interpreter, else whatever PATH finds."""
+    beside = Path(python).parent / "ctrain"
+    return str(beside) if beside.is_file() else "ctrain"

@@ -1,0 +1,96 @@
+"""``ctrain exec``, ``run`` and ``shell``: one container (or host) invocation, checked first."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+import click
+
+from ctrain.cli._options import DashDashCommand, setting_option, settings_from
+from ctrain.container.spec import Action
+
+
+def common(func: Any) -> Any:
+    options = [
+        setting_option(
+            "runtime",
+            type=click.Choice(["auto", "apptainer", "singularity", "docker", "podman", "host"]),
+        ),
+        setting_option("nv", is_flag=True, flag_value="true"),
+        click.option(
+            "-B",
+            "--bind",
+            "bind_flags",
+            multiple=True,
+            help="Bind SRC[:DST[:ro|rw]] (repeatable), added to CTRAIN_BINDS and the config's.",
+        ),
+        setting_option("overlay"),
+        click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the container."),
+        setting_option("env_file"),
+        setting_option("cache_dir"),
+        setting_option("allow_home_cache", is_flag=True, flag_value="true"),
+        setting_option("dry_run", is_flag=True, flag_value="true"),
+        click.argument("image", required=False),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _run(
+    action: Action,
+    image: str | None,
+    bind_flags: tuple[str, ...],
+    env_pairs: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    from ctrain.container import planner
+
+    ctx = click.get_current_context()
+    command: tuple[str, ...] = ctx.meta["ctrain.command"]
+    s = settings_from(
+        {k: v for k, v in flags.items() if k != "no_launch"}
+        | ({"launch": "false"} if flags.get("no_launch") else {})
+    )
+    invocation = planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+    if s["dry_run"].value:
+        click.echo(shlex.join(invocation.argv))
+        for key, value in sorted(invocation.added.items()):
+            click.echo(f"  env {key}={shlex.quote(value)}")
+        return
+    planner.run(invocation, s, os.environ)
+
+
+@click.command("exec", cls=DashDashCommand)
+@common
+@click.option(
+    "--no-launch",
+    "no_launch",
+    is_flag=True,
+    help="Run CMD as given, not through ctrain launch. [env CTRAIN_LAUNCH=0]",
+)
+def exec_(
+    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+) -> None:
+    """Run CMD in IMAGE through its entrypoint (ctrain launch): ctrain exec IMAGE -- CMD..."""
+    _run("exec", image, bind_flags, env_pairs, **flags)
+
+
+@click.command("run", cls=DashDashCommand)
+@common
+def run_(
+    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+) -> None:
+    """Run IMAGE's runscript, with ARGS after --: ctrain run IMAGE -- ARGS..."""
+    _run("run", image, bind_flags, env_pairs, **flags)
+
+
+@click.command("shell", cls=DashDashCommand)
+@common
+def shell(
+    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+) -> None:
+    """Open an interactive shell in IMAGE."""
+    _run("shell", image, bind_flags, env_pairs, **flags)

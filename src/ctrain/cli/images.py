@@ -1,0 +1,216 @@
+"""``ctrain pull``, ``ctrain overlay create`` and ``ctrain cache info|clean``.
+
+Options stay plain strings here and are checked by the library, so every bad value is one
+``ctrain: error: ... Fix: ...`` line (Click's own usage errors print several).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ctrain.cli._options import setting_option, settings_from
+from ctrain.errors import ConfigError
+from ctrain.images import cache as caching
+from ctrain.images import cachedir
+from ctrain.images import overlay as overlays
+from ctrain.images import pull as pulling
+from ctrain.settings import Resolved
+from ctrain.util import proc
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _say(line: str) -> None:
+    click.echo(f"ctrain: {line}", err=True)
+
+
+def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> cachedir.CacheChoice:
+    """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
+    lives in the engine's store) accepts $HOME without --allow-home-cache."""
+    configured = s["cache_dir"]
+    # From the environment, resolve_cache_dir reads CTRAIN_CACHE_DIR itself (and names it).
+    flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
+    allow_home = small or bool(s["allow_home_cache"].value)
+    return cachedir.resolve_cache_dir(flag, os.environ, allow_home, Path.exists)
+
+
+def _runtime(requested: str) -> tuple[str, str]:
+    from ctrain.container.runtimes import choose_runtime
+
+    runtime, program = choose_runtime(requested, lambda name: proc.which(name, os.environ))
+    return runtime.name, program
+
+
+def _cache_options(func: F) -> F:
+    func = setting_option("allow_home_cache", is_flag=True, flag_value="true")(func)
+    return setting_option("cache_dir")(func)
+
+
+@click.command()
+@click.argument("ref", required=False)
+@click.option(
+    "-o",
+    "--output",
+    metavar="PATH",
+    help="Where the SIF file goes (apptainer, singularity): a file, or an existing directory. "
+    "[default: CACHE/images/NAME.sif]",
+)
+@click.option(
+    "--force", is_flag=True, help="Pull even when up to date; replace a file ctrain did not pull."
+)
+@setting_option("runtime")
+@_cache_options
+@setting_option("min_free_gb")
+def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
+    """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store.
+
+    The file appears whole or not at all: it is downloaded to a temporary name next to the
+    target, checked (SIF header, then `apptainer inspect`) and renamed. A sidecar TARGET.json
+    records the reference, digest, time and ctrain version; pulling an up-to-date target
+    downloads nothing. Concurrent pulls of one target wait for each other.
+    """
+    s = settings_from(flags)
+    runtime, program = _runtime(str(s["runtime"].value))
+    reference = ref if ref is not None else str(s["image"].value or "")
+    choice = _cache_choice(s, small=runtime in pulling.ENGINE_RUNTIMES)
+    plan = pulling.plan_pull(reference, runtime, program, output, choice.path, force, Path.is_dir)
+    cachedir.ensure_dirs(choice)
+    result = pulling.pull(plan, choice, os.environ, int(str(s["min_free_gb"].value)), _say)
+    digest = f" ({result.sidecar.digest})" if result.sidecar.digest else ""
+    if result.downloaded:
+        click.echo(f"pulled {plan.ref} -> {result.where}{digest}")
+    else:
+        why = "" if result.reason == "up to date" else f" ({result.reason})"
+        click.echo(
+            f"up to date: {result.where}{digest}, pulled {result.sidecar.pulled_at}; "
+            f"nothing downloaded{why}"
+        )
+
+
+@click.group()
+def overlay() -> None:
+    """Writable ext3 overlays for apptainer (--overlay FILE, or FILE:ro to share one)."""
+
+
+@overlay.command("create")
+@click.argument("path", required=False)
+@click.option("--size", metavar="SIZE", help="Size: 15G, 512M, 1T (binary; a number is MiB).")
+@click.option(
+    "--inodes",
+    metavar="N",
+    help="Number of files it can hold: 500K, 2M (built with mkfs.ext3). [default: mkfs's choice]",
+)
+@click.option("--sparse", is_flag=True, help="Allocate blocks only as they are written.")
+def overlay_create(path: str | None, size: str | None, inodes: str | None, sparse: bool) -> None:
+    """Create the overlay image PATH with upper/ and work/ owned by you.
+
+    Made by `apptainer overlay create` when apptainer is on PATH (and no --inodes), otherwise
+    by mkfs.ext3. An existing PATH is never replaced.
+    """
+    if path is None:
+        raise ConfigError("overlay create needs a PATH", "ctrain overlay create PATH --size 15G")
+    plan = overlays.plan_create(path, size, inodes, sparse, overlays.tool_finder(os.environ))
+    overlays.create(plan, os.getuid(), os.getgid(), os.environ)
+    click.echo(f"created {overlays.describe_overlay(plan)}")
+
+
+@click.group()
+def cache() -> None:
+    """The image cache: where it is, what it holds, and cleaning it."""
+
+
+@cache.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_cache_options
+def cache_info(as_json: bool, **flags: str | None) -> None:
+    """Where the cache is (and why), its size, its top-level entries and the pulled images."""
+    choice = _cache_choice(settings_from(flags))
+    click.echo(caching.render_info(caching.info(choice), as_json))
+
+
+@cache.command("clean")
+@click.option(
+    "--older-than",
+    default="30d",
+    show_default=True,
+    metavar="AGE",
+    help="Remove what was last modified longer ago than AGE: 30d, 12h, 2w, 90m.",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@_cache_options
+def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
+    """Remove cache entries older than --older-than (images go with their sidecars)."""
+    age = caching.parse_duration(older_than)
+    choice = _cache_choice(settings_from(flags))
+    plan = caching.plan_clean(choice.path, time.time() - age)
+    problems = [] if dry_run else caching.apply_clean(choice.path, plan)
+    for line in caching.render_clean(choice.path, plan, dry_run):
+        click.echo(line)
+    for line in problems:
+        _say(line)
+    if problems:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("recipe")
+@click.option(
+    "-o",
+    "--output",
+    metavar="TARGET",
+    help="A .sif path (apptainer, singularity) or an image tag (docker, podman). "
+    "[default: the recipe's name]",
+)
+@click.option("--build-arg", "build_args", multiple=True, metavar="NAME=VALUE", help="Repeatable.")
+@click.option(
+    "--context", metavar="DIR", help="docker/podman build context [default: recipe's dir]"
+)
+@click.option("--fakeroot", is_flag=True, help="apptainer build --fakeroot (no root needed).")
+@click.option("--force", is_flag=True, help="Replace an existing SIF target.")
+@setting_option("runtime")
+@_cache_options
+@setting_option("min_free_gb")
+def build(
+    recipe: str,
+    output: str | None,
+    build_args: tuple[str, ...],
+    context: str | None,
+    fakeroot: bool,
+    force: bool,
+    **flags: str | None,
+) -> None:
+    """Build an image from RECIPE: a definition file (apptainer, singularity; also docker://
+    and docker-daemon:// sources) or a Dockerfile (docker, podman).
+
+    A SIF is built under a temporary name beside the target, checked, then renamed; the
+    build's cache and temporary space go to the cache directory (never $HOME by default) after
+    a free-space check.
+    """
+    from ctrain.images import build as building
+
+    s = settings_from(flags)
+    runtime, program = _runtime(str(s["runtime"].value))
+    if runtime == "host":
+        raise ConfigError("the host runtime builds no images", "use --runtime apptainer or docker")
+    request = building.BuildRequest(
+        runtime=runtime,
+        program=program,
+        recipe=recipe,
+        target=output or building.default_target(recipe, runtime),
+        build_args=build_args,
+        context=context,
+        fakeroot=fakeroot,
+        force=force,
+    )
+    sif = runtime in pulling.SIF_RUNTIMES
+    building.build(
+        request, os.environ, _cache_choice(s) if sif else None, int(str(s["min_free_gb"].value))
+    )
+    _say(f"built {request.target}")

@@ -1,0 +1,100 @@
+"""``ctrain job render|submit MODE [options] -- CMD...``: job scripts from jobs/, checked."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ctrain.cli._options import DashDashCommand, settings_from
+from ctrain.slurm.jobs import MODES, RUNTIMES, JobRequest
+
+Positive = click.IntRange(min=1)
+
+
+def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.argument("mode", type=click.Choice(MODES)),
+        click.option("--nodes", type=Positive, help="Nodes. [template: 1, or 2 for multi-node]"),
+        click.option(
+            "--gpus-per-node", type=click.IntRange(min=0), help="GPUs per node; 0: CPU only."
+        ),
+        click.option(
+            "--tasks-per-node",
+            type=Positive,
+            help="Ranks per node (multiworker, horovod-*); follows --gpus-per-node.",
+        ),
+        click.option("--cpus-per-task", type=Positive, help="CPU cores per task."),
+        click.option("--mem", help="Memory per node, e.g. 64G."),
+        click.option("--time", help="Time limit of each run: MINUTES, HH:MM:SS or D-HH:MM:SS."),
+        click.option("--partition", help="Partition (queue)."),
+        click.option("--account", help="Account (project) to charge."),
+        click.option("--job-name", help="Job name (squeue, log file name)."),
+        click.option("--image", help="Image for ctrain exec. [env CTRAIN_IMAGE; setting image]"),
+        click.option(
+            "--runtime",
+            type=click.Choice(RUNTIMES),
+            help="Runtime in the job. [env CTRAIN_RUNTIME; setting runtime]",
+        ),
+        click.option(
+            "--nv/--no-nv", default=None, help="Give the container the GPUs. [default: GPUs > 0]"
+        ),
+        click.option(
+            "--signal-seconds",
+            type=click.IntRange(min=1),
+            help="Seconds before the time limit for the SIGUSR2 warning. [template: 300]",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _request(mode: str, **flags: Any) -> JobRequest:
+    command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
+    settings = settings_from({"image": flags.pop("image"), "runtime": flags.pop("runtime")})
+    image, runtime = settings["image"], settings["runtime"]
+    return JobRequest(
+        mode=mode,
+        command=command,
+        image=str(image.value) if image.source != "default" else None,
+        runtime=str(runtime.value) if runtime.source != "default" else None,
+        **flags,
+    )
+
+
+@click.group("job")
+def job() -> None:
+    """Render and submit sbatch job scripts (jobs/): every mode, requeued on the time limit."""
+
+
+@job.command("render", cls=DashDashCommand)
+@request_options
+def render(mode: str, **flags: Any) -> None:
+    """Print the job script for MODE running CMD: ctrain job render MODE [options] -- CMD..."""
+    from ctrain.slurm import jobs
+
+    click.echo(jobs.render(_request(mode, **flags)), nl=False)
+
+
+@job.command("submit", cls=DashDashCommand)
+@request_options
+@click.option("--save", type=click.Path(dir_okay=False), help="Also keep the script here.")
+def submit(mode: str, save: str | None, **flags: Any) -> None:
+    """Render the job script and submit it with sbatch; print the job id."""
+    from ctrain.slurm import jobs
+    from ctrain.util import proc
+
+    script = jobs.render(_request(mode, **flags))
+    if save:
+        Path(save).write_text(script, encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="ctrain-job-") as tmp:
+        path = Path(tmp) / f"{mode}.sbatch"
+        path.write_text(script, encoding="utf-8")
+        os.chmod(path, 0o755)
+        out = proc.check(jobs.sbatch_argv(path))
+    click.echo(jobs.job_id(out))

@@ -1,0 +1,37 @@
+"""``ctrain launch``: the image's entrypoint. Imports only the pure launch core, never
+TensorFlow."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ctrain.cli._options import setting_option, settings_from
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@setting_option("mode", type=click.Choice(["auto", "single", "mirrored", "multiworker", "horovod"]))
+@setting_option("collective", type=click.Choice(["auto", "nccl", "ring"]))
+@setting_option("collective_timeout")
+@setting_option("port_base")
+@setting_option("keep_proxies", is_flag=True, flag_value="true")
+@setting_option("quiet", is_flag=True, flag_value="true")
+@click.option("--explain", is_flag=True, help="Print the plan for this rank and run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --explain: print JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str | None) -> None:
+    """Prepare this rank (mode, GPUs, ports, TF_CONFIG, proxies) and exec COMMAND.
+
+    The image's entrypoint: `srun ctrain launch -- python train.py`.
+    """
+    from ctrain.launch import start
+    from ctrain.launch.plan import LaunchOptions
+
+    s = settings_from(flags)
+    options = LaunchOptions.from_settings(s)
+    plan = start.prepare(options, os.environ)
+    if explain:
+        click.echo(start.explain(plan, as_json))
+        return
+    start.exec_plan(plan, command, os.environ, quiet=bool(s["quiet"].value))

@@ -1,0 +1,1 @@
+"""Container runtimes (Apptainer, Singularity, Docker, Podman, host) behind one planner."""

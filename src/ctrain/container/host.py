@@ -1,0 +1,34 @@
+"""The host runtime: the current Python environment (a site's venv) instead of a container."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ctrain.container.spec import ALWAYS, RunSpec, SpecError
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str = "host"
+
+    def argv(self, spec: RunSpec, program: str) -> list[str]:
+        if spec.binds:
+            raise SpecError(
+                "--bind needs a container; the host runtime sees the host's files as they are",
+                "drop --bind (and CTRAIN_BINDS) or choose a container runtime",
+            )
+        if spec.overlay is not None:
+            raise SpecError("--overlay needs apptainer or singularity", "drop --overlay")
+        if spec.action == "shell":
+            return ["/bin/bash"] if not spec.command else list(spec.command)
+        if spec.action == "run":
+            raise SpecError("the host runtime has no runscript", "use ctrain exec -- CMD")
+        return list(spec.command)
+
+    def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
+        """The whole host environment stays (modules, venv); the asked variables are added."""
+        return {**environ, **spec.env, **ALWAYS}
+
+    def image_file(self, image: str) -> str | None:
+        return None

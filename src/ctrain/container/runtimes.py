@@ -1,0 +1,157 @@
+"""Container runtimes behind one interface, and the plan of one ``ctrain exec/run/shell``.
+
+``plan_invocation`` is pure apart from reading --env-file files and checking that paths exist:
+it returns the exact argv and environment; the CLI prints them (--dry-run) or execs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ctrain.container.apptainer import Apptainer
+from ctrain.container.docker import Docker
+from ctrain.container.host import Host
+from ctrain.container.spec import (
+    Action,
+    RunSpec,
+    SpecError,
+    check_paths,
+    container_env,
+    parse_bind,
+    parse_env_file,
+    parse_env_pair,
+    parse_overlay,
+    refuse_shared_rw_overlay,
+)
+from ctrain.errors import ExternalToolError
+
+AUTO_ORDER = ("apptainer", "singularity", "docker", "podman")
+
+
+class Runtime(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def argv(self, spec: RunSpec, program: str) -> list[str]: ...
+
+    def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]: ...
+
+    def image_file(self, image: str) -> str | None: ...
+
+
+RUNTIMES: dict[str, Runtime] = {
+    "apptainer": Apptainer("apptainer"),
+    "singularity": Apptainer("singularity"),
+    "docker": Docker("docker"),
+    "podman": Docker("podman"),
+    "host": Host(),
+}
+
+
+def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[Runtime, str]:
+    """The runtime and the path of its program; auto tries apptainer, singularity, docker,
+    podman in that order."""
+    if requested == "host":
+        return RUNTIMES["host"], ""
+    names = AUTO_ORDER if requested == "auto" else (requested,)
+    for name in names:
+        program = which(name)
+        if program:
+            return RUNTIMES[name], program
+    wanted = "apptainer, singularity, docker or podman" if requested == "auto" else requested
+    raise ExternalToolError(
+        f"no container runtime found on PATH (looked for {wanted})",
+        "load the site's apptainer module, or use the current environment: --runtime host",
+    )
+
+
+@dataclass(frozen=True)
+class Request:
+    runtime: str
+    action: Action
+    image: str
+    command: tuple[str, ...]
+    launch: bool = True
+    nv: bool = False
+    binds: tuple[str, ...] = ()
+    overlay: str | None = None
+    env_pairs: tuple[str, ...] = ()
+    env_files: tuple[str, ...] = ()
+    cwd: str = "/"
+    user: tuple[int, int] | None = None
+    tty: bool = False
+    python: str = "python3"  # the interpreter that runs ctrain on the host runtime
+
+
+@dataclass(frozen=True)
+class Invocation:
+    runtime: str
+    argv: list[str]
+    env: dict[str, str]  # the runtime process's whole environment
+    added: dict[str, str]  # what ctrain adds for the container (shown by --dry-run)
+    spec: RunSpec
+
+
+def _asked_env(request: Request) -> dict[str, str]:
+    asked: dict[str, str] = {}
+    for name in request.env_files:
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(
+                f"cannot read --env-file {name}: {exc.strerror}", "fix the path"
+            ) from exc
+        asked.update(parse_env_file(text, name))
+    for pair in request.env_pairs:
+        key, value = parse_env_pair(pair)
+        asked[key] = value
+    return asked
+
+
+def _command(request: Request, runtime: Runtime) -> tuple[str, ...]:
+    if request.action != "exec":
+        return request.command
+    if not request.command:
+        raise SpecError("no command given", "put it after --: ctrain exec IMAGE -- python train.py")
+    if not request.launch:
+        return request.command
+    if runtime.name == "host":
+        return (request.python, "-m", "ctrain", "launch", "--", *request.command)
+    return ("ctrain", "launch", "--", *request.command)
+
+
+def plan_invocation(
+    request: Request,
+    environ: Mapping[str, str],
+    which: Callable[[str], str | None],
+    gpus: tuple[str, ...] | None,
+    extra_binds: Sequence[str] = (),
+) -> Invocation:
+    """The exact command and environment for one exec, run or shell, checked before launch."""
+    runtime, program = choose_runtime(request.runtime, which)
+    binds = tuple(parse_bind(text) for text in (*extra_binds, *request.binds))
+    overlay = parse_overlay(request.overlay) if request.overlay else None
+    refuse_shared_rw_overlay(overlay, environ)
+    image = request.image
+    if runtime.name != "host" and not image:
+        raise SpecError("no image given", "name one (ctrain exec IMAGE -- ...) or set CTRAIN_IMAGE")
+    check_paths(binds, overlay, runtime.image_file(image) if image else None)
+    added = container_env(environ, _asked_env(request))
+    spec = RunSpec(
+        image=image,
+        action=request.action,
+        command=_command(request, runtime),
+        nv=request.nv,
+        gpus=gpus,
+        binds=binds,
+        overlay=overlay,
+        env=added,
+        workdir=request.cwd,
+        user=request.user,
+        tty=request.tty,
+    )
+    argv = runtime.argv(spec, program)
+    return Invocation(runtime.name, argv, runtime.process_env(spec, environ), added, spec)

@@ -1,0 +1,269 @@
+"""Per-rank preparation as a pure function: GPUs, ports, TF_CONFIG, proxies and environment.
+
+``make_plan`` turns the job environment and the launch options into a ``Plan``; ``child_environ``
+applies it to an environment. Nothing here reads the process environment or starts anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctrain.errors import LaunchError
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.modes import Mode, Placement, choose_mode, placement
+from ctrain.settings import Resolved
+
+PROXY_VARIABLES = tuple(
+    name
+    for base in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
+    for name in (base, base.upper())
+)
+PORT_SPAN = (
+    12000  # ports come from [port_base, port_base + PORT_SPAN): below Linux's ephemeral range
+)
+PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
+
+# Settings users otherwise set by hand. Each is set only when the environment does not already
+# have it, so a site or a user overrides any of them by exporting it.
+DEFAULTS: dict[str, str] = {
+    "TF_USE_LEGACY_KERAS": "1",  # Keras 3 breaks MultiWorkerMirroredStrategy fit, Horovod callbacks
+    "PYTHONNOUSERSITE": "1",  # ~/.local packages never shadow the image's or the venv's
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",  # ranks sharing a node do not grab all GPU memory
+    "TF_CPP_MIN_LOG_LEVEL": "1",  # TensorFlow's info lines off, warnings kept
+    "NCCL_DEBUG": "WARN",  # NCCL problems are printed, not silent stalls
+    "NCCL_ASYNC_ERROR_HANDLING": "1",
+    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",  # CMA fails in containers
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+}
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    mode: str = "auto"
+    collective: str = "auto"
+    collective_timeout: int = 600
+    port_base: int = 20000
+    keep_proxies: bool = False
+
+    @classmethod
+    def from_settings(cls, s: Mapping[str, Resolved]) -> LaunchOptions:
+        return cls(
+            mode=str(s["mode"].value),
+            collective=str(s["collective"].value),
+            collective_timeout=int(str(s["collective_timeout"].value)),
+            port_base=int(str(s["port_base"].value)),
+            keep_proxies=bool(s["keep_proxies"].value),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: Mode
+    place: Placement
+    hosts: tuple[str, ...]  # the job's nodes, in Slurm's order
+    worker_hosts: tuple[str, ...]  # the node of each rank (multiworker), by rank
+    ports: tuple[int, ...]  # the port of each rank (multiworker), by rank
+    gpus: tuple[str, ...]  # the GPUs this rank uses
+    collective: str
+    tf_config: dict[str, Any] | None
+    env_set: dict[str, str] = field(default_factory=dict)
+    env_unset: tuple[str, ...] = ()
+
+    def explain(self) -> dict[str, Any]:
+        """The plan as ``ctrain launch --explain --json`` prints it."""
+        return {
+            "mode": self.mode.value,
+            "rank": self.place.rank,
+            "world_size": self.place.size,
+            "local_rank": self.place.local_rank,
+            "local_size": self.place.local_size,
+            "rank_source": self.place.source,
+            "hosts": list(self.hosts),
+            "ports": list(self.ports),
+            "gpus": list(self.gpus),
+            "collective": self.collective,
+            "tf_config": self.tf_config,
+            "env": {"set": dict(sorted(self.env_set.items())), "unset": list(self.env_unset)},
+        }
+
+    def banner(self) -> str:
+        gpus = ",".join(self.gpus) if self.gpus else "none"
+        nodes = len(self.hosts) or 1
+        return (
+            f"ctrain: mode={self.mode.value} world_size={self.place.size} nodes={nodes} "
+            f"gpus/rank={gpus} collective={self.collective} ranks-from={self.place.source}"
+        )
+
+
+def worker_hosts(
+    nodes: tuple[str, ...], tasks_per_node: tuple[int, ...], size: int, distribution: str
+) -> tuple[str, ...]:
+    """The node of every rank: Slurm's block distribution, or cyclic when the step asked."""
+    counts = list(tasks_per_node) if tasks_per_node else [1] * len(nodes)
+    if sum(counts) != size:
+        raise LaunchError(
+            f"the step's tasks per node {counts} do not add up to its {size} tasks",
+            "launch with srun so Slurm sets SLURM_STEP_TASKS_PER_NODE",
+        )
+    if distribution.startswith("cyclic"):
+        left, order = counts[:], list[str]()
+        while len(order) < size:
+            for index, node in enumerate(nodes):
+                if left[index]:
+                    left[index] -= 1
+                    order.append(node)
+        return tuple(order)
+    return tuple(node for node, count in zip(nodes, counts, strict=True) for _ in range(count))
+
+
+def port_block(job_id: str | None, step_id: str | None) -> int:
+    """A block of ports for this job step: consecutive job ids and steps get distinct blocks."""
+    job = int(job_id) if job_id and job_id.isdigit() else 0
+    step = int(step_id) if step_id and step_id.isdigit() else 0
+    return (job * 7 + step) % (PORT_SPAN // PORT_BLOCK)
+
+
+def worker_ports(hosts: tuple[str, ...], base: int, block: int) -> tuple[int, ...]:
+    """One port per rank: the step's block, offset by the rank's index on its own node."""
+    seen: dict[str, int] = {}
+    ports = []
+    for host in hosts:
+        index = seen.get(host, 0)
+        seen[host] = index + 1
+        if index >= PORT_BLOCK:
+            raise LaunchError(
+                f"{index + 1} ranks on {host}; ctrain gives at most {PORT_BLOCK} per node",
+                "use fewer tasks per node",
+            )
+        ports.append(base + block * PORT_BLOCK + index)
+    if ports and max(ports) > 65535:
+        raise LaunchError(f"port {max(ports)} is above 65535", "lower CTRAIN_PORT_BASE")
+    return tuple(ports)
+
+
+def pin_gpus(
+    mode: Mode, visible: tuple[str, ...], local_rank: int, local_size: int
+) -> tuple[str, ...]:
+    """The GPUs a rank uses, chosen among those it can already see."""
+    if not visible:
+        return ()
+    if mode is Mode.MIRRORED:
+        return visible
+    if mode is Mode.SINGLE or len(visible) == 1:
+        return visible[:1]
+    if len(visible) < local_size:
+        raise LaunchError(
+            f"{local_size} ranks on this node but only {len(visible)} GPUs visible "
+            f"({','.join(visible)})",
+            "ask Slurm for one GPU per task (--gpus-per-task=1) or fewer tasks per node",
+        )
+    return (visible[local_rank],)
+
+
+def _no_proxy(environ: Mapping[str, str], hosts: tuple[str, ...]) -> str:
+    entries: list[str] = []
+    for item in (environ.get("no_proxy") or environ.get("NO_PROXY") or "").split(","):
+        if item.strip():
+            entries.append(item.strip())
+    for item in ("localhost", "127.0.0.1", *hosts):
+        if item not in entries:
+            entries.append(item)
+    return ",".join(entries)
+
+
+def _environment(
+    environ: Mapping[str, str],
+    options: LaunchOptions,
+    mode: Mode,
+    place: Placement,
+    gpus: tuple[str, ...] | None,
+    collective: str,
+    tf_config: dict[str, Any] | None,
+    hosts: tuple[str, ...],
+    cpus_per_task: int | None,
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    env = {key: value for key, value in DEFAULTS.items() if key not in environ}
+    env.update(
+        {
+            "CTRAIN_LAUNCH_MODE": mode.value,
+            "CTRAIN_RANK": str(place.rank),
+            "CTRAIN_WORLD_SIZE": str(place.size),
+            "CTRAIN_LOCAL_RANK": str(place.local_rank),
+            "CTRAIN_LOCAL_SIZE": str(place.local_size),
+            "CTRAIN_COLLECTIVE": collective,
+            "CTRAIN_COLLECTIVE_TIMEOUT": str(options.collective_timeout),
+        }
+    )
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    if tf_config is not None:
+        env["TF_CONFIG"] = json.dumps(tf_config, separators=(",", ":"))
+    if mode is Mode.HOROVOD and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in environ:
+        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(options.collective_timeout)
+    if cpus_per_task and "OMP_NUM_THREADS" not in environ:
+        env["OMP_NUM_THREADS"] = str(cpus_per_task)
+    cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
+    xla = environ.get("XLA_FLAGS", "")
+    if cuda_home and "xla_gpu_cuda_data_dir" not in xla:
+        env["XLA_FLAGS"] = f"{xla} --xla_gpu_cuda_data_dir={cuda_home}".strip()
+    env["no_proxy"] = env["NO_PROXY"] = _no_proxy(environ, hosts)
+    env["no_grpc_proxy"] = env["NO_GRPC_PROXY"] = env["no_proxy"]
+    unset: tuple[str, ...] = ()
+    if not options.keep_proxies:
+        unset = tuple(name for name in PROXY_VARIABLES if name in environ)
+    return env, unset
+
+
+def make_plan(
+    job: JobEnv,
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    visible_gpus: tuple[str, ...],
+) -> Plan:
+    """Everything this rank needs before the training command starts.
+
+    ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected).
+    """
+    mode = choose_mode(options.mode, job, len(visible_gpus))
+    place = placement(mode, job)
+    slurm = job.slurm
+    hosts = slurm.nodes
+    by_rank: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+    tf_config = None
+    if mode is Mode.MULTIWORKER:
+        if hosts and place.source == "slurm":
+            by_rank = worker_hosts(
+                hosts, slurm.tasks_per_node, place.size, environ.get("SLURM_DISTRIBUTION", "block")
+            )
+        elif place.size == place.local_size:
+            by_rank = (job.hostname,) * place.size
+        else:
+            raise LaunchError(
+                "multiworker across nodes needs Slurm's node list, and this launch has none",
+                "start the ranks with srun, or use --mode horovod under mpirun",
+            )
+        ports = worker_ports(by_rank, options.port_base, port_block(slurm.job_id, slurm.step_id))
+        tf_config = {
+            "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports, strict=True)]},
+            "task": {"type": "worker", "index": place.rank},
+        }
+    gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
+    collective = options.collective
+    if collective == "auto":
+        collective = "nccl" if gpus else "ring"
+    pinned = gpus if visible_gpus else None
+    env_set, env_unset = _environment(
+        environ, options, mode, place, pinned, collective, tf_config, hosts, slurm.cpus_per_task
+    )
+    return Plan(mode, place, hosts, by_rank, ports, gpus, collective, tf_config, env_set, env_unset)
+
+
+def child_environ(environ: Mapping[str, str], plan: Plan) -> dict[str, str]:
+    """The environment the training command starts with."""
+    env = {key: value for key, value in environ.items() if key not in plan.env_unset}
+    env.update(plan.env_set)
+    return env

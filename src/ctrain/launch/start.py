@@ -1,0 +1,87 @@
+"""``ctrain launch``: read this rank's environment, prepare it, and exec the training command.
+
+The image's entrypoint. It stays light: no TensorFlow is imported before the exec.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from ctrain.errors import LaunchError
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.modes import Mode
+from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
+from ctrain.util import proc
+
+
+def parse_nvidia_smi(listing: str) -> tuple[str, ...]:
+    """GPU indices from ``nvidia-smi -L`` ("GPU 0: NVIDIA A100 (UUID: GPU-...)")."""
+    return tuple(m.group(1) for m in re.finditer(r"^GPU (\d+):", listing, re.MULTILINE))
+
+
+def visible_gpus(job: JobEnv, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The GPUs this process can see: from the environment, else asked of nvidia-smi."""
+    if job.gpus.visible is not None:
+        return job.gpus.visible
+    if proc.which("nvidia-smi", environ) is None:
+        return ()
+    done = proc.run(["nvidia-smi", "-L"], environ, timeout=30)
+    return parse_nvidia_smi(done.stdout) if done.returncode == 0 else ()
+
+
+def _check_horovod() -> None:
+    if importlib.util.find_spec("horovod") is None:
+        raise LaunchError(
+            "--mode horovod but Horovod is not importable here",
+            "use an image with Horovod, or `make install` (builds it against TensorFlow)",
+        )
+
+
+def _check_port_free(port: int) -> None:
+    """A taken port fails now with its number, not later as a gRPC hang."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as exc:
+            raise LaunchError(
+                f"port {port} for this rank is in use ({exc.strerror})",
+                "another job uses it: set CTRAIN_PORT_BASE to another value for this job",
+            ) from exc
+
+
+def prepare(options: LaunchOptions, environ: Mapping[str, str]) -> Plan:
+    """The plan for this process, from its real environment."""
+    job = JobEnv.from_environ(environ, socket.gethostname())
+    plan = make_plan(job, options, environ, visible_gpus(job, environ))
+    if plan.mode is Mode.HOROVOD:
+        _check_horovod()
+    return plan
+
+
+def explain(plan: Plan, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(plan.explain(), indent=2)
+    lines = [plan.banner()]
+    lines += [f"  set   {k}={v}" for k, v in sorted(plan.env_set.items())]
+    lines += [f"  unset {k}" for k in plan.env_unset]
+    return "\n".join(lines)
+
+
+def exec_plan(
+    plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool
+) -> NoReturn:
+    """Exec ``command`` in place of this process with the plan's environment."""
+    if not command:
+        raise LaunchError("no command given", "put it after --: ctrain launch -- python train.py")
+    if plan.ports:
+        _check_port_free(plan.ports[plan.place.rank])
+    if plan.place.rank == 0 and not quiet:
+        print(plan.banner(), file=sys.stderr, flush=True)
+    proc.exec_replace(command, child_environ(environ, plan))

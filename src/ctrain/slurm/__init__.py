@@ -1,0 +1,1 @@
+"""sbatch job scripts rendered from the templates in jobs/."""

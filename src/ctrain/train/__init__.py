@@ -1,0 +1,1 @@
+"""What runs inside the training script: callbacks, checkpoints, preemption, datasets."""

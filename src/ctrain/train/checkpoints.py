@@ -1,0 +1,273 @@
+"""Checkpoints that survive a kill at any moment, and know which model wrote them.
+
+A checkpoint is a directory ``ckpt-e<EPOCH>-s<STEP>/`` holding the training state (written by a
+callable, TensorFlow's ``tf.train.Checkpoint`` in practice) and ``manifest.json``. It is written
+under a temporary name in the same directory, every file flushed to disk, then renamed: the
+rename is atomic, so a reader sees a whole checkpoint or none, and the previous one stays valid
+until the new one is whole. A process killed mid-write leaves a ``.tmp-ckpt-*`` directory that
+no lookup reads and the next write removes.
+
+``EPOCH`` counts the epochs completed; ``STEP`` the steps done in the next one (0 at an epoch
+boundary, more when training stopped mid-epoch on a signal). The manifest carries a fingerprint
+of the model's architecture and of the training configuration: a checkpoint from another model
+or configuration is refused, never loaded silently.
+
+No TensorFlow here: the state writer and the model description are given by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctrain import __version__
+from ctrain.errors import CtrainError
+
+#: The exit code with which training asks its job script to requeue the job (EX_TEMPFAIL).
+REQUEUE_EXIT_CODE = 75
+MANIFEST = "manifest.json"
+STATE = "state"  # the state writer's file prefix inside a checkpoint directory
+TMP_PREFIX = ".tmp-ckpt-"
+_NAME = re.compile(r"^ckpt-e(\d{6,})-s(\d{9,})$")
+
+
+class CheckpointError(CtrainError):
+    """A checkpoint that cannot be used: another model or configuration, or damaged."""
+
+    exit_code = 6
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Hashes of the model's architecture and of the training configuration."""
+
+    architecture: str
+    config: str
+
+    def differences(self, other: Fingerprint) -> list[str]:
+        return [
+            name
+            for name in ("architecture", "config")
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    epoch: int
+    step: int
+    fingerprint: Fingerprint
+    files: dict[str, int]  # file name -> size in bytes
+    created: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        raw = json.loads(text)
+        return cls(
+            epoch=int(raw["epoch"]),
+            step=int(raw["step"]),
+            fingerprint=Fingerprint(**raw["fingerprint"]),
+            files={str(k): int(v) for k, v in raw["files"].items()},
+            created=float(raw["created"]),
+            info=dict(raw.get("info", {})),
+        )
+
+
+@dataclass(frozen=True)
+class Found:
+    """A complete checkpoint: its directory, manifest, and the state prefix to read."""
+
+    path: Path
+    manifest: Manifest
+
+    @property
+    def state(self) -> Path:
+        return self.path / STATE
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _without_names(value: Any) -> Any:
+    """A layer or model config without its auto-generated names (``dense_3``), which depend on
+    how many layers the process made before, not on the architecture."""
+    if isinstance(value, Mapping):
+        return {k: _without_names(v) for k, v in value.items() if k != "name"}
+    if isinstance(value, (list, tuple)):
+        return [_without_names(v) for v in value]
+    return value
+
+
+def fingerprint(architecture: Any, config: Mapping[str, Any] | None = None) -> Fingerprint:
+    """Hash a JSON-able architecture description and a training configuration."""
+    arch = hashlib.sha256(_canonical(_without_names(architecture)).encode()).hexdigest()
+    conf = hashlib.sha256(_canonical(dict(config or {})).encode()).hexdigest()
+    return Fingerprint(arch, conf)
+
+
+# Optimizer settings that do not change what a checkpoint means: the rate is scaled with the
+# number of replicas and driven by warm-up and schedules; the others follow the device.
+_OPTIMIZER_IGNORED = {"name", "learning_rate", "jit_compile", "is_legacy_optimizer"}
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """What makes a Keras model's checkpoint loadable into it: its layers' configs, the shapes
+    and dtypes of its weights, and its optimizer's kind and settings."""
+    try:
+        config: Any = model.get_config()
+    except (NotImplementedError, AttributeError, TypeError):
+        config = None
+    description: dict[str, Any] = {
+        "class": type(model).__name__,
+        "config": config,
+        "weights": [[list(w.shape), str(w.dtype.name)] for w in model.weights],
+    }
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        try:
+            opt_config = dict(optimizer.get_config())
+        except (NotImplementedError, AttributeError, TypeError):
+            opt_config = {}
+        description["optimizer"] = {
+            "class": type(optimizer).__name__,
+            "config": {k: v for k, v in opt_config.items() if k not in _OPTIMIZER_IGNORED},
+        }
+    return description
+
+
+def checkpoint_name(epoch: int, step: int) -> str:
+    return f"ckpt-e{epoch:06d}-s{step:09d}"
+
+
+def _fsync(path: Path) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _files(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def read_manifest(path: Path) -> Manifest | None:
+    """The manifest of checkpoint directory ``path`` when the checkpoint is whole, else None."""
+    try:
+        manifest = Manifest.from_json((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for name, size in manifest.files.items():
+        try:
+            if (path / name).stat().st_size != size:
+                return None
+        except OSError:
+            return None
+    return manifest
+
+
+def complete(directory: str | os.PathLike[str]) -> list[Found]:
+    """The complete checkpoints in ``directory``, oldest first (by epoch, then step)."""
+    base = Path(directory)
+    if not base.is_dir():
+        return []
+    found = []
+    for path in base.iterdir():
+        if not _NAME.match(path.name) or not path.is_dir():
+            continue
+        manifest = read_manifest(path)
+        if manifest is not None:
+            found.append(Found(path, manifest))
+    return sorted(found, key=lambda f: (f.manifest.epoch, f.manifest.step))
+
+
+def latest(directory: str | os.PathLike[str]) -> Found | None:
+    """The latest complete checkpoint in ``directory``, or None."""
+    found = complete(directory)
+    return found[-1] if found else None
+
+
+def check(found: Found, expected: Fingerprint) -> None:
+    """Refuse a checkpoint written for another model or configuration."""
+    differs = found.manifest.fingerprint.differences(expected)
+    if not differs:
+        return
+    what = " and ".join(
+        {"architecture": "model architecture", "config": "training configuration"}[d]
+        for d in differs
+    )
+    raise CheckpointError(
+        f"checkpoint {found.path} was written by a different {what}; refusing to load it",
+        f"resume with the model and configuration that wrote it, or start this run in another "
+        f"checkpoint directory (or move {found.path.parent} aside)",
+    )
+
+
+def _remove_stale(directory: Path, keep_names: set[str]) -> None:
+    for path in directory.iterdir():
+        if path.name.startswith(TMP_PREFIX) and path.name not in keep_names:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def write(
+    directory: str | os.PathLike[str],
+    epoch: int,
+    step: int,
+    fp: Fingerprint,
+    write_state: Callable[[Path], None],
+    info: Mapping[str, Any] | None = None,
+    keep: int = 2,
+) -> Path:
+    """Write a checkpoint atomically and return its directory.
+
+    ``write_state(prefix)`` writes the training state to files named ``prefix*``. Every file is
+    flushed, the manifest written last, then the temporary directory renamed into place and
+    older checkpoints beyond the newest ``keep`` removed.
+    """
+    if keep < 1:
+        raise CheckpointError(f"keep={keep} would delete every checkpoint", "keep at least 1")
+    base = Path(directory)
+    base.mkdir(parents=True, exist_ok=True)
+    _remove_stale(base, set())
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base))
+    try:
+        write_state(tmp / STATE)
+        manifest = Manifest(epoch, step, fp, _files(tmp), time.time(), dict(info or {}))
+        (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
+        for path in tmp.iterdir():
+            _fsync(path)
+        _fsync(tmp)
+        final = base / checkpoint_name(epoch, step)
+        if final.exists():  # the same position written again: move the old one aside first
+            aside = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base))
+            os.rename(final, aside / final.name)
+        os.rename(tmp, final)
+        _fsync(base)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _remove_stale(base, set())
+    for old in complete(base)[:-keep]:
+        shutil.rmtree(old.path, ignore_errors=True)
+    return final
+
+
+def job_info(environ: Mapping[str, str]) -> dict[str, Any]:
+    """What the manifest records about the run that wrote it (for people, not for loading)."""
+    keys = ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "CTRAIN_LAUNCH_MODE", "CTRAIN_WORLD_SIZE")
+    return {"ctrain": __version__, **{k: environ[k] for k in keys if k in environ}}

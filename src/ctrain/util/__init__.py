@@ -1,0 +1,1 @@
+"""Small shared mechanisms: the one module that starts processes, atomic files, locks."""
