@@ -28,49 +28,16 @@ from typing import Any
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.modes import Mode
 from ctrain.launch.plan import LaunchOptions, make_plan
+from ctrain.names import Launched as Launched
+from ctrain.names import Mode
 from ctrain.settings import resolve
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 
 
-@dataclass(frozen=True)
-class Launched:
-    """What ``ctrain launch`` told this process."""
-
-    mode: Mode
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    collective: str
-    collective_timeout: int
-
-
-def launched_from(environ: Mapping[str, str]) -> Launched | None:
-    """The launch's decisions from CTRAIN_* variables, or None when not launched by ctrain."""
-    if "CTRAIN_LAUNCH_MODE" not in environ:
-        return None
-    try:
-        return Launched(
-            Mode(environ["CTRAIN_LAUNCH_MODE"]),
-            int(environ["CTRAIN_RANK"]),
-            int(environ["CTRAIN_WORLD_SIZE"]),
-            int(environ["CTRAIN_LOCAL_RANK"]),
-            int(environ["CTRAIN_LOCAL_SIZE"]),
-            environ.get("CTRAIN_COLLECTIVE", "ring"),
-            int(environ.get("CTRAIN_COLLECTIVE_TIMEOUT", "600")),
-        )
-    except (KeyError, ValueError) as exc:
-        raise LaunchError(
-            f"incomplete or malformed CTRAIN_* launch variables ({exc})",
-            "start the script with ctrain launch, or unset CTRAIN_LAUNCH_MODE",
-        ) from exc
-
-
 def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     """Make the launch plan here when the script was started without ``ctrain launch``."""
-    found = launched_from(environ)
+    found = Launched.from_env(environ)
     if found is not None:
         return found
     job = JobEnv.from_environ(environ, socket.gethostname())
@@ -81,7 +48,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     for name in plan.env_unset:
         environ.pop(name, None)
     environ.update(plan.env_set)
-    placed = launched_from(environ)
+    placed = Launched.from_env(environ)
     assert placed is not None
     return placed
 

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
+from ctrain.names import CONTAINER_RUNTIMES
 from ctrain.settings import Resolved
 from ctrain.util import proc
 
 Status = Literal["PASS", "WARN", "FAIL"]
-RUNTIMES = ("apptainer", "singularity", "docker", "podman")
 PROBE_TIMEOUT = 120.0
 TOOL_TIMEOUT = 30.0
 INSTALL_FIX = "`make install`, or run inside the ctrain image"
@@ -130,9 +130,9 @@ def _runtime(name: str, path: str, environ: Mapping[str, str]) -> tuple[bool, st
 
 
 def check_runtime(environ: Mapping[str, str]) -> Check:
-    found = [(n, p) for n in RUNTIMES if (p := proc.which(n, environ)) is not None]
+    found = [(n, p) for n in CONTAINER_RUNTIMES if (p := proc.which(n, environ)) is not None]
     results = [_runtime(name, path, environ) for name, path in found]
-    detail = "; ".join(text for _, text in results) or "none of " + ", ".join(RUNTIMES)
+    detail = "; ".join(text for _, text in results) or "none of " + ", ".join(CONTAINER_RUNTIMES)
     if any(usable for usable, _ in results):
         return Check("runtime", "PASS", detail)
     fix = "install Apptainer (clusters) or Docker; `--runtime host` still runs without one"

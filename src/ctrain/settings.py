@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
+from ctrain.names import (
+    AUTO,
+    BENCH_LAUNCHER_CHOICES,
+    COLLECTIVE_CHOICES,
+    MODE_CHOICES,
+    RUNTIME_CHOICES,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,27 +74,18 @@ class Setting:
         return "CTRAIN_" + self.name.upper()
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "mode",
-        "auto",
-        "distributed mode",
-        _choice("auto", "single", "mirrored", "multiworker", "horovod"),
-    ),
+# What the core reads: launch, containers, images, data.
+CORE_SETTINGS: tuple[Setting, ...] = (
+    Setting("mode", AUTO, "distributed mode", _choice(*MODE_CHOICES)),
     Setting(
         "collective",
-        "auto",
+        AUTO,
         "collective implementation for TF modes",
-        _choice("auto", "nccl", "ring"),
+        _choice(*COLLECTIVE_CHOICES),
     ),
     Setting("collective_timeout", 600, "seconds before a stalled collective fails", _positive_int),
     Setting("port_base", 20000, "lowest port ctrain derives worker ports from", _positive_int),
-    Setting(
-        "runtime",
-        "auto",
-        "container runtime",
-        _choice("auto", "apptainer", "singularity", "docker", "podman", "host"),
-    ),
+    Setting("runtime", AUTO, "container runtime", _choice(*RUNTIME_CHOICES)),
     Setting("image", "docker://ghcr.io/ctrain/ctrain:0.1.0-gpu", "default image reference", _text),
     Setting("cache_dir", None, "image cache and temporary directory (not under $HOME)", _text),
     Setting("allow_home_cache", False, "accept an image cache under $HOME", _flag),
@@ -100,6 +98,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),
+    Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
+)
+
+# What only ``ctrain bench`` reads (env CTRAIN_BENCH_*).
+BENCH_SETTINGS: tuple[Setting, ...] = (
     Setting("bench_workers", "1,2", "worker counts for ctrain bench, comma-separated", _text),
     Setting("bench_model", "ResNet50", "Keras application model ctrain bench trains", _text),
     Setting("bench_batch", 32, "images per worker and step in ctrain bench", _positive_int),
@@ -110,16 +113,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bench_threads", None, "CPU threads per bench worker (none: TF's)", _positive_int),
     Setting(
         "bench_launcher",
-        "auto",
+        AUTO,
         "what starts bench workers (auto: srun, else mpirun for horovod, else local)",
-        _choice("auto", "srun", "mpirun", "local"),
+        _choice(*BENCH_LAUNCHER_CHOICES),
     ),
     Setting("bench_launcher_args", None, "more srun/mpirun options for ctrain bench", _text),
     Setting("bench_script", None, "benchmark script (default: examples/ beside ctrain)", _text),
     Setting("bench_timeout", 3600, "seconds one ctrain bench run may take", _positive_int),
     Setting("bench_out", "runs/bench", "directory for ctrain bench's outputs", _text),
-    Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
 )
+
+SETTINGS = CORE_SETTINGS + BENCH_SETTINGS  # resolved, shown and checked together
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.distributed import Context, Launched, launched_from, prepare_environ
+from ctrain.distributed import Context, Launched, prepare_environ
 from ctrain.errors import LaunchError
 from ctrain.launch import start
-from ctrain.launch.modes import Mode
 from ctrain.launch.plan import LaunchOptions
+from ctrain.names import Mode
 
 
 @dataclass
@@ -23,20 +23,6 @@ class TwoReplicas:
 
 def placed(mode: Mode, rank: int = 0, size: int = 1) -> Launched:
     return Launched(mode, rank, size, rank, size, "ring", 600)
-
-
-def test_placement_from_launch_variables() -> None:
-    env = {
-        "CTRAIN_LAUNCH_MODE": "horovod",
-        "CTRAIN_RANK": "1",
-        "CTRAIN_WORLD_SIZE": "2",
-        "CTRAIN_LOCAL_RANK": "1",
-        "CTRAIN_LOCAL_SIZE": "2",
-    }
-    assert launched_from(env) == Launched(Mode.HOROVOD, 1, 2, 1, 2, "ring", 600)
-    assert launched_from({}) is None
-    with pytest.raises(LaunchError, match="malformed CTRAIN_"):
-        launched_from({**env, "CTRAIN_RANK": "one"})
 
 
 def test_without_ctrain_launch_the_plan_is_made_in_process(tmp_path: Path) -> None:

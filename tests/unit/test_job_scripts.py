@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
@@ -78,7 +79,7 @@ def wait_for(path: Path, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("mode", jobs.MODES)
+@pytest.mark.parametrize("mode", JOB_MODES)
 def test_the_step_runs_ctrain_exec_with_the_command(fakes: Path, mode: str) -> None:
     done = run(script(fakes, mode), env(fakes, FAKE_MODE="exit:0", CTRAIN_IMAGE="img x"))
     assert done.returncode == 0, done.stderr

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain.cli import main
+from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest, JobRequestError
 
@@ -107,14 +108,14 @@ def test_golden(name: str) -> None:
     assert rendered == path.read_text(), f"{name}: see the module docstring to regenerate"
 
 
-@pytest.mark.parametrize("mode", jobs.MODES)
+@pytest.mark.parametrize("mode", JOB_MODES)
 def test_templates_are_what_render_prints_by_default(mode: str) -> None:
     """The shipped scripts run as they are, and are the renderer's output for the defaults."""
     text = (TEMPLATES / f"{mode}.sbatch").read_text()
     assert jobs.render(JobRequest(mode, ("python", "train.py"))) == text
 
 
-@pytest.mark.parametrize("mode", jobs.MODES)
+@pytest.mark.parametrize("mode", JOB_MODES)
 def test_every_sbatch_line_is_explained(mode: str) -> None:
     lines = (TEMPLATES / f"{mode}.sbatch").read_text().splitlines()
     sbatch = [i for i, line in enumerate(lines) if re.match(r"#{1,2}SBATCH ", line)]
@@ -127,7 +128,7 @@ def test_every_sbatch_line_is_explained(mode: str) -> None:
 def test_the_signal_and_requeue_part_is_the_same_everywhere() -> None:
     tails = {
         mode: (TEMPLATES / f"{mode}.sbatch").read_text().split("# ---- common to every")[1]
-        for mode in jobs.MODES
+        for mode in JOB_MODES
     }
     assert len(set(tails.values())) == 1
     tail = tails["single"]
@@ -141,7 +142,7 @@ def jobs_exit_code() -> int:
     return REQUEUE_EXIT_CODE
 
 
-@pytest.mark.parametrize("mode", jobs.MODES)
+@pytest.mark.parametrize("mode", JOB_MODES)
 def test_templates_ask_for_the_warning_signal_and_requeue(mode: str) -> None:
     options = jobs.sbatch_options((TEMPLATES / f"{mode}.sbatch").read_text())
     assert re.fullmatch(r"B:USR2@\d+", options["signal"])
@@ -150,7 +151,7 @@ def test_templates_ask_for_the_warning_signal_and_requeue(mode: str) -> None:
 
 
 def test_modes_launch_their_way() -> None:
-    text = {m: (TEMPLATES / f"{m}.sbatch").read_text() for m in jobs.MODES}
+    text = {m: (TEMPLATES / f"{m}.sbatch").read_text() for m in JOB_MODES}
     assert "export CTRAIN_MODE=horovod" in text["horovod-srun"]
     assert "srun --mpi=pmix" in text["horovod-srun"]
     assert 'mpirun -np "$SLURM_NTASKS"' in text["horovod-mpirun"]

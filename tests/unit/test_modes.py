@@ -8,7 +8,8 @@ import pytest
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.modes import Mode, Placement, choose_mode, placement
+from ctrain.launch.modes import Placement, choose_mode, placement
+from ctrain.names import Mode
 
 JOB = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "vm", "SLURM_NODEID": "0"}
 STEP2 = {

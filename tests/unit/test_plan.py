@@ -8,7 +8,6 @@ import pytest
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.modes import Mode
 from ctrain.launch.plan import (
     PORT_BLOCK,
     PROXY_VARIABLES,
@@ -20,6 +19,7 @@ from ctrain.launch.plan import (
     worker_hosts,
     worker_ports,
 )
+from ctrain.names import Mode
 
 
 def step(procid: int, localid: int, nodeid: int, **extra: str) -> dict[str, str]:

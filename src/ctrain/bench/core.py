@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
+from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
 
-MODES = ("auto", "single", "mirrored", "multiworker", "horovod")
-LAUNCHERS = ("auto", "srun", "mpirun", "local")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
@@ -192,7 +191,7 @@ def choose_launcher(
     """Which launcher starts the ranks: srun where Slurm is, mpirun for Horovod without it,
     ``local`` (ctrain launch alone) for one process."""
     many = max(workers) > 1
-    if mode in ("single", "mirrored") and many:
+    if mode in ONE_PROCESS and many:
         raise ConfigError(
             f"--mode {mode} runs one process, but --workers asks for {max(workers)}",
             "use --mode multiworker, horovod or auto, or --workers 1",
@@ -274,7 +273,7 @@ def launch_argv(
                 *launcher_args, *inner]  # fmt: skip
     if launcher == "local":
         return inner
-    raise ConfigError(f"unknown launcher {launcher!r}", f"use one of {', '.join(LAUNCHERS[1:])}")
+    raise ConfigError(f"unknown launcher {launcher!r}", f"use one of {', '.join(BENCH_LAUNCHERS)}")
 
 
 ITER = re.compile(r"^Iter #(\d+):")

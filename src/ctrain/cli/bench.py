@@ -14,6 +14,7 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
+from ctrain.names import BENCH_LAUNCHER_CHOICES, MODE_CHOICES
 from ctrain.settings import BY_NAME, Value
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,7 +59,7 @@ def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
 
 
 @click.command("bench")
-@setting_option("mode", type=click.Choice(["auto", "single", "mirrored", "multiworker", "horovod"]))
+@setting_option("mode", type=click.Choice(MODE_CHOICES))
 @bench_option(FLAGS["bench_workers"], "bench_workers", metavar="N,N,...")
 @bench_option(FLAGS["bench_model"], "bench_model", metavar="NAME")
 @bench_option(FLAGS["bench_batch"], "bench_batch", metavar="N")
@@ -70,7 +71,7 @@ def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
 @bench_option(
     FLAGS["bench_launcher"],
     "bench_launcher",
-    type=click.Choice(["auto", "srun", "mpirun", "local"]),
+    type=click.Choice(BENCH_LAUNCHER_CHOICES),
 )
 @bench_option(FLAGS["bench_launcher_args"], "bench_launcher_args", metavar="'ARGS'")
 @bench_option(FLAGS["bench_script"], "bench_script", metavar="PATH")

@@ -10,13 +10,14 @@ import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
 from ctrain.container.spec import Action
+from ctrain.names import RUNTIME_CHOICES
 
 
 def common(func: Any) -> Any:
     options = [
         setting_option(
             "runtime",
-            type=click.Choice(["auto", "apptainer", "singularity", "docker", "podman", "host"]),
+            type=click.Choice(RUNTIME_CHOICES),
         ),
         setting_option("nv", is_flag=True, flag_value="true"),
         click.option(

@@ -21,6 +21,7 @@ from ctrain.images import cache as caching
 from ctrain.images import cachedir
 from ctrain.images import overlay as overlays
 from ctrain.images import pull as pulling
+from ctrain.names import ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 from ctrain.settings import Resolved
 from ctrain.util import proc
 
@@ -79,7 +80,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
     reference = ref if ref is not None else str(s["image"].value or "")
-    choice = _cache_choice(s, small=runtime in pulling.ENGINE_RUNTIMES)
+    choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
     plan = pulling.plan_pull(reference, runtime, program, output, choice.path, force, Path.is_dir)
     cachedir.ensure_dirs(choice)
     result = pulling.pull(plan, choice, os.environ, int(str(s["min_free_gb"].value)), _say)
@@ -197,7 +198,7 @@ def build(
 
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
-    if runtime == "host":
+    if runtime == HOST:
         raise ConfigError("the host runtime builds no images", "use --runtime apptainer or docker")
     request = building.BuildRequest(
         runtime=runtime,
@@ -209,7 +210,7 @@ def build(
         fakeroot=fakeroot,
         force=force,
     )
-    sif = runtime in pulling.SIF_RUNTIMES
+    sif = runtime in SIF_RUNTIMES
     building.build(
         request, os.environ, _cache_choice(s) if sif else None, int(str(s["min_free_gb"].value))
     )

@@ -11,14 +11,15 @@ from typing import Any
 import click
 
 from ctrain.cli._options import DashDashCommand, settings_from
-from ctrain.slurm.jobs import MODES, RUNTIMES, JobRequest
+from ctrain.names import JOB_MODES, RUNTIME_CHOICES
+from ctrain.slurm.jobs import JobRequest
 
 Positive = click.IntRange(min=1)
 
 
 def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.argument("mode", type=click.Choice(MODES)),
+        click.argument("mode", type=click.Choice(JOB_MODES)),
         click.option("--nodes", type=Positive, help="Nodes. [template: 1, or 2 for multi-node]"),
         click.option(
             "--gpus-per-node", type=click.IntRange(min=0), help="GPUs per node; 0: CPU only."
@@ -37,7 +38,7 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--image", help="Image for ctrain exec. [env CTRAIN_IMAGE; setting image]"),
         click.option(
             "--runtime",
-            type=click.Choice(RUNTIMES),
+            type=click.Choice(RUNTIME_CHOICES),
             help="Runtime in the job. [env CTRAIN_RUNTIME; setting runtime]",
         ),
         click.option(

@@ -8,11 +8,12 @@ import os
 import click
 
 from ctrain.cli._options import setting_option, settings_from
+from ctrain.names import COLLECTIVE_CHOICES, MODE_CHOICES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@setting_option("mode", type=click.Choice(["auto", "single", "mirrored", "multiworker", "horovod"]))
-@setting_option("collective", type=click.Choice(["auto", "nccl", "ring"]))
+@setting_option("mode", type=click.Choice(MODE_CHOICES))
+@setting_option("collective", type=click.Choice(COLLECTIVE_CHOICES))
 @setting_option("collective_timeout")
 @setting_option("port_base")
 @setting_option("keep_proxies", is_flag=True, flag_value="true")

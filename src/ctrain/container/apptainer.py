@@ -11,16 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import Bind, RunSpec, SpecError
-
-SCHEMES = (
-    "docker://",
-    "docker-daemon://",
-    "oras://",
-    "library://",
-    "shub://",
-    "http://",
-    "https://",
-)
+from ctrain.names import is_remote
 
 
 def _bind(bind: Bind) -> str:
@@ -62,4 +53,4 @@ class Apptainer:
 
     def image_file(self, image: str) -> str | None:
         """The local file an image reference names, or None for a remote reference."""
-        return None if image.startswith(SCHEMES) else image
+        return None if is_remote(image, "exec") else image

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import Bind, RunSpec, SpecError
+from ctrain.names import ENGINE_SCHEME
 
 
 def mount(bind: Bind) -> str:
@@ -34,7 +35,7 @@ def container_gpus(spec: RunSpec) -> str | None:
 
 
 def strip_scheme(image: str) -> str:
-    return image.removeprefix("docker://")
+    return image.removeprefix(f"{ENGINE_SCHEME}://")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from ctrain.container.runtimes import Invocation, Request, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import cachedir
 from ctrain.launch.jobenv import GpuEnv
+from ctrain.names import SIF_RUNTIMES
 from ctrain.settings import Resolved
 from ctrain.util import proc
 
@@ -55,7 +56,7 @@ def _apptainer_cache(
     invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
 ) -> dict[str, str]:
     """A remote image is pulled implicitly: its cache goes where ctrain's settings say."""
-    if invocation.runtime not in ("apptainer", "singularity"):
+    if invocation.runtime not in SIF_RUNTIMES:
         return {}
     if Path(invocation.spec.image).is_file():
         return {}

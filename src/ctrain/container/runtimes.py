@@ -27,8 +27,7 @@ from ctrain.container.spec import (
     refuse_shared_rw_overlay,
 )
 from ctrain.errors import ExternalToolError
-
-AUTO_ORDER = ("apptainer", "singularity", "docker", "podman")
+from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 
 
 class Runtime(Protocol):
@@ -43,25 +42,22 @@ class Runtime(Protocol):
 
 
 RUNTIMES: dict[str, Runtime] = {
-    "apptainer": Apptainer("apptainer"),
-    "singularity": Apptainer("singularity"),
-    "docker": Docker("docker"),
-    "podman": Docker("podman"),
-    "host": Host(),
+    **{name: Apptainer(name) for name in SIF_RUNTIMES},
+    **{name: Docker(name) for name in ENGINE_RUNTIMES},
+    HOST: Host(),
 }
 
 
 def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[Runtime, str]:
-    """The runtime and the path of its program; auto tries apptainer, singularity, docker,
-    podman in that order."""
-    if requested == "host":
-        return RUNTIMES["host"], ""
-    names = AUTO_ORDER if requested == "auto" else (requested,)
+    """The runtime and the path of its program; auto tries CONTAINER_RUNTIMES in order."""
+    if requested == HOST:
+        return RUNTIMES[HOST], ""
+    names = CONTAINER_RUNTIMES if requested == AUTO else (requested,)
     for name in names:
         program = which(name)
         if program:
             return RUNTIMES[name], program
-    wanted = "apptainer, singularity, docker or podman" if requested == "auto" else requested
+    wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else requested
     raise ExternalToolError(
         f"no container runtime found on PATH (looked for {wanted})",
         "load the site's apptainer module, or use the current environment: --runtime host",
@@ -118,7 +114,7 @@ def _command(request: Request, runtime: Runtime) -> tuple[str, ...]:
         raise SpecError("no command given", "put it after --: ctrain exec IMAGE -- python train.py")
     if not request.launch:
         return request.command
-    if runtime.name == "host":
+    if runtime.name == HOST:
         return (request.python, "-m", "ctrain", "launch", "--", *request.command)
     return ("ctrain", "launch", "--", *request.command)
 
@@ -136,7 +132,7 @@ def plan_invocation(
     overlay = parse_overlay(request.overlay) if request.overlay else None
     refuse_shared_rw_overlay(overlay, environ)
     image = request.image
-    if runtime.name != "host" and not image:
+    if runtime.name != HOST and not image:
         raise SpecError("no image given", "name one (ctrain exec IMAGE -- ...) or set CTRAIN_IMAGE")
     check_paths(binds, overlay, runtime.image_file(image) if image else None)
     added = container_env(environ, _asked_env(request))

@@ -14,9 +14,8 @@ from ctrain.container.spec import SpecError, parse_env_pair
 from ctrain.errors import CtrainError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.pull import check_sif
+from ctrain.names import ENGINE_RUNTIMES, is_remote
 from ctrain.util import proc
-
-REMOTE = ("docker://", "docker-daemon://", "docker-archive://", "oras://", "library://")
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def temp_target(target: Path) -> Path:
 
 def build_argv(request: BuildRequest) -> list[str]:
     """The build command (the SIF goes to ``temp_target``)."""
-    if request.runtime in ("docker", "podman"):
+    if request.runtime in ENGINE_RUNTIMES:
         context = request.context or str(Path(request.recipe).parent)
         return [
             request.program,
@@ -66,10 +65,10 @@ def build_argv(request: BuildRequest) -> list[str]:
 
 def check_request(request: BuildRequest) -> None:
     """Refuse, before anything is written, what cannot work."""
-    if not request.recipe.startswith(REMOTE) and not Path(request.recipe).is_file():
+    if not is_remote(request.recipe, "build") and not Path(request.recipe).is_file():
         raise SpecError(f"recipe {request.recipe} does not exist", "give a .def file or Dockerfile")
     _args(request)
-    if request.runtime in ("docker", "podman"):
+    if request.runtime in ENGINE_RUNTIMES:
         if request.target.endswith(".sif"):
             raise SpecError(
                 f"{request.runtime} builds an image tag, not {request.target}",
@@ -96,7 +95,7 @@ def build(
         cachedir.ensure_dirs(cache)
         cachedir.check_free(cache.path, min_free_gb)
         env.update(cachedir.apptainer_env(cache))
-    if request.runtime not in ("docker", "podman"):
+    if request.runtime not in ENGINE_RUNTIMES:
         cachedir.check_free(Path(request.target).parent, min_free_gb)
     argv = build_argv(request)
     temp = temp_target(Path(request.target))
@@ -106,7 +105,7 @@ def build(
             raise ExternalToolError(
                 f"{request.runtime} build exited {code}", "read the build output above"
             )
-        if request.runtime in ("docker", "podman"):
+        if request.runtime in ENGINE_RUNTIMES:
             return
         problem = check_sif(temp)
         if problem is not None:
@@ -119,4 +118,4 @@ def build(
 
 def default_target(recipe: str, runtime: str) -> str:
     stem = Path(recipe.split("://")[-1]).name.split(":")[0].removesuffix(".def") or "image"
-    return stem if runtime in ("docker", "podman") else f"{stem}.sif"
+    return stem if runtime in ENGINE_RUNTIMES else f"{stem}.sif"

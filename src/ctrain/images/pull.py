@@ -39,11 +39,16 @@ from typing import Literal
 from ctrain import __version__
 from ctrain.errors import ConfigError, CtrainError, ExternalToolError
 from ctrain.images import cachedir
+from ctrain.names import (
+    CONTAINER_RUNTIMES,
+    ENGINE_RUNTIMES,
+    ENGINE_SCHEME,
+    SIF_RUNTIMES,
+    is_remote,
+    schemes,
+)
 from ctrain.util import locks, proc
 
-SIF_RUNTIMES = ("apptainer", "singularity")
-ENGINE_RUNTIMES = ("docker", "podman")
-SIF_SCHEMES = ("docker", "docker-daemon", "oras", "library", "shub", "http", "https")
 IMAGES_DIR = "images"  # pulled SIF files in the cache
 ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
@@ -89,14 +94,14 @@ def check_ref(ref: str, runtime: str) -> str:
                 f"image reference {text!r} has no scheme",
                 f"write docker://{text} (or oras://, library://, https://)",
             )
-        if scheme not in SIF_SCHEMES or not rest:
+        if not is_remote(text, "pull") or not rest:
             raise ConfigError(
                 f"{runtime} cannot pull {text!r}",
-                "use one of " + ", ".join(f"{s}://" for s in SIF_SCHEMES),
+                "use one of " + ", ".join(f"{s}://" for s in schemes("pull")),
             )
         return text
     if sep:
-        if scheme != "docker":
+        if scheme != ENGINE_SCHEME:
             raise ConfigError(
                 f"{runtime} pulls registry images, not {scheme}:// references ({text})",
                 "use --runtime apptainer for it, or give REPO:TAG",
@@ -425,7 +430,7 @@ def plan_pull(
     is_dir: Callable[[Path], bool],
 ) -> PullPlan:
     """Where a pull goes, checked before anything is written."""
-    if runtime not in SIF_RUNTIMES + ENGINE_RUNTIMES:
+    if runtime not in CONTAINER_RUNTIMES:
         raise ConfigError(
             f"the {runtime} runtime has no images to pull",
             "choose --runtime apptainer, singularity, docker or podman",

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-
-
-class Mode(str, enum.Enum):
-    SINGLE = "single"
-    MIRRORED = "mirrored"
-    MULTIWORKER = "multiworker"
-    HOROVOD = "horovod"
-
-
-MULTI_PROCESS = (Mode.MULTIWORKER, Mode.HOROVOD)
+from ctrain.names import AUTO, MULTI_PROCESS, Mode
 
 
 @dataclass(frozen=True)
@@ -53,7 +43,7 @@ def choose_mode(requested: str, job: JobEnv, gpu_count: int) -> Mode:
     ``gpu_count`` is how many GPUs this process can see.
     """
     processes = (job.mpi.size or 1) if _started_by_mpi(job) else _srun_tasks(job)
-    if requested == "auto":
+    if requested == AUTO:
         if _batch_without_step(job):
             raise LaunchError(
                 f"the job has SLURM_NTASKS={job.slurm.ntasks} but this command runs once, "

@@ -13,7 +13,8 @@ from typing import Any
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.modes import Mode, Placement, choose_mode, placement
+from ctrain.launch.modes import Placement, choose_mode, placement
+from ctrain.names import AUTO, Launched, Mode
 from ctrain.settings import Resolved
 
 PROXY_VARIABLES = tuple(
@@ -42,8 +43,8 @@ DEFAULTS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    mode: str = "auto"
-    collective: str = "auto"
+    mode: str = AUTO
+    collective: str = AUTO
     collective_timeout: int = 600
     port_base: int = 20000
     keep_proxies: bool = False
@@ -186,17 +187,16 @@ def _environment(
     cpus_per_task: int | None,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
-    env.update(
-        {
-            "CTRAIN_LAUNCH_MODE": mode.value,
-            "CTRAIN_RANK": str(place.rank),
-            "CTRAIN_WORLD_SIZE": str(place.size),
-            "CTRAIN_LOCAL_RANK": str(place.local_rank),
-            "CTRAIN_LOCAL_SIZE": str(place.local_size),
-            "CTRAIN_COLLECTIVE": collective,
-            "CTRAIN_COLLECTIVE_TIMEOUT": str(options.collective_timeout),
-        }
+    launched = Launched(
+        mode,
+        place.rank,
+        place.size,
+        place.local_rank,
+        place.local_size,
+        collective,
+        options.collective_timeout,
     )
+    env.update(launched.to_env())
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     if tf_config is not None:
@@ -253,7 +253,7 @@ def make_plan(
         }
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
-    if collective == "auto":
+    if collective == AUTO:
         collective = "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
     env_set, env_unset = _environment(

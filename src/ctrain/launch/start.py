@@ -15,8 +15,8 @@ from typing import NoReturn
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.modes import Mode
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
+from ctrain.names import Mode
 from ctrain.util import proc
 
 

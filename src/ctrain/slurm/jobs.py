@@ -19,10 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctrain.errors import ConfigError, CtrainError
+from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, RUNTIME_CHOICES
 
-MODES = ("single", "mirrored", "multiworker", "horovod-srun", "horovod-mpirun")
-ONE_NODE = ("single", "mirrored")
-RUNTIMES = ("auto", "apptainer", "singularity", "docker", "podman", "host")
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
 MAX_SIGNAL_SECONDS = 65535  # sbatch --signal's limit
 
@@ -74,8 +72,8 @@ def templates_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def template(mode: str, environ: Mapping[str, str] | None = None) -> str:
-    if mode not in MODES:
-        raise JobRequestError(f"unknown job mode {mode!r}", f"use one of: {', '.join(MODES)}")
+    if mode not in JOB_MODES:
+        raise JobRequestError(f"unknown job mode {mode!r}", f"use one of: {', '.join(JOB_MODES)}")
     return (templates_dir(environ) / f"{mode}.sbatch").read_text(encoding="utf-8")
 
 
@@ -201,7 +199,7 @@ def _checked(v: Resolved) -> Resolved:
         raise JobRequestError("a NUL or newline in the command or image", "remove it")
     if v.nodes < 1:
         raise JobRequestError(f"--nodes {v.nodes}: a job needs at least one node", "--nodes 1")
-    if v.mode in ONE_NODE and v.nodes != 1:
+    if v.mode in ONE_NODE_JOB_MODES and v.nodes != 1:
         other = "multiworker or horovod-srun"
         raise JobRequestError(
             f"{v.mode} runs one process on one node, not on {v.nodes} nodes",
@@ -220,7 +218,7 @@ def _checked(v: Resolved) -> Resolved:
             "ask for GPUs (--gpus-per-node N) or drop --nv (--no-nv) for a CPU-only job",
         )
     tasks = v.tasks_per_node
-    if v.mode in ONE_NODE:
+    if v.mode in ONE_NODE_JOB_MODES:
         if tasks not in (0, 1):
             raise JobRequestError(
                 f"{v.mode} runs one task, not {tasks} per node",
@@ -258,8 +256,10 @@ def _checked(v: Resolved) -> Resolved:
     for option, value in (("partition", v.partition), ("account", v.account)):
         if value is not None:
             _check_word(option, value, _LIST, "use letters, digits, . _ - and commas (gpu,a100)")
-    if v.runtime not in RUNTIMES:
-        raise JobRequestError(f"--runtime {v.runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
+    if v.runtime not in RUNTIME_CHOICES:
+        raise JobRequestError(
+            f"--runtime {v.runtime!r}", f"use one of: {', '.join(RUNTIME_CHOICES)}"
+        )
     if not v.image:
         raise JobRequestError("an empty --image", "name the image, or use --runtime host")
     return replace(v, tasks_per_node=tasks)

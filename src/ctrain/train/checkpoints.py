@@ -31,6 +31,7 @@ from typing import Any
 
 from ctrain import __version__
 from ctrain.errors import CtrainError
+from ctrain.names import ENV_LAUNCH_MODE, ENV_WORLD_SIZE
 
 #: The exit code with which training asks its job script to requeue the job (EX_TEMPFAIL).
 REQUEUE_EXIT_CODE = 75
@@ -269,5 +270,5 @@ def write(
 
 def job_info(environ: Mapping[str, str]) -> dict[str, Any]:
     """What the manifest records about the run that wrote it (for people, not for loading)."""
-    keys = ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "CTRAIN_LAUNCH_MODE", "CTRAIN_WORLD_SIZE")
+    keys = ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", ENV_LAUNCH_MODE, ENV_WORLD_SIZE)
     return {"ctrain": __version__, **{k: environ[k] for k in keys if k in environ}}

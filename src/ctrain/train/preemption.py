@@ -33,7 +33,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ctrain.launch.modes import Mode
+from ctrain.names import Mode
 from ctrain.train import checkpoints
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 

@@ -1,0 +1,142 @@
+"""The names that travel between modules and processes, each defined once.
+
+Distributed modes, collectives and bench launchers; container runtimes; the remote image schemes
+and which operation accepts each; the variables ``ctrain launch`` hands the training script.
+Every other module derives its lists from these. Imports nothing heavy: the CLI reads its
+choices from here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ctrain.errors import LaunchError
+
+AUTO = "auto"  # "let ctrain decide": the first choice of every setting below
+
+# ---- distributed modes ----------------------------------------------------------------------
+
+
+class Mode(str, enum.Enum):
+    SINGLE = "single"
+    MIRRORED = "mirrored"
+    MULTIWORKER = "multiworker"
+    HOROVOD = "horovod"
+
+
+ONE_PROCESS = (Mode.SINGLE, Mode.MIRRORED)
+MULTI_PROCESS = (Mode.MULTIWORKER, Mode.HOROVOD)
+MODE_CHOICES = (AUTO, *(mode.value for mode in Mode))
+
+# The job templates (jobs/<name>.sbatch): one per mode, Horovod's twice, started by srun or mpirun.
+JOB_MODES = (
+    *(mode.value for mode in Mode if mode is not Mode.HOROVOD),
+    *(f"{Mode.HOROVOD.value}-{starter}" for starter in ("srun", "mpirun")),
+)
+ONE_NODE_JOB_MODES = tuple(mode.value for mode in ONE_PROCESS)
+
+COLLECTIVES = ("nccl", "ring")
+COLLECTIVE_CHOICES = (AUTO, *COLLECTIVES)
+
+BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
+BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
+
+# ---- container runtimes ---------------------------------------------------------------------
+
+SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
+ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
+CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
+HOST = "host"  # no container: the current environment
+RUNTIMES = (*CONTAINER_RUNTIMES, HOST)
+RUNTIME_CHOICES = (AUTO, *RUNTIMES)
+
+# ---- remote image schemes -------------------------------------------------------------------
+
+Operation = Literal["pull", "exec", "build"]
+_EVERY: frozenset[Operation] = frozenset(("pull", "exec", "build"))
+
+# SCHEME:// references apptainer and singularity fetch themselves, and the ctrain operations that
+# accept each (anything else is a local file). Apptainer builds from no web address.
+SCHEMES: dict[str, frozenset[Operation]] = {
+    "docker": _EVERY,
+    "docker-daemon": _EVERY,
+    "docker-archive": _EVERY,
+    "oras": _EVERY,
+    "library": _EVERY,
+    "shub": _EVERY,
+    "http": frozenset(("pull", "exec")),
+    "https": frozenset(("pull", "exec")),
+}
+ENGINE_SCHEME = "docker"  # the one scheme docker and podman accept, and strip
+
+
+def schemes(operation: Operation) -> tuple[str, ...]:
+    """The schemes ``operation`` accepts, in the table's order."""
+    return tuple(scheme for scheme, accepted in SCHEMES.items() if operation in accepted)
+
+
+def is_remote(reference: str, operation: Operation) -> bool:
+    """Whether ``reference`` is ``SCHEME://...`` with a scheme ``operation`` accepts."""
+    scheme, sep, _ = reference.partition("://")
+    return bool(sep) and operation in SCHEMES.get(scheme, frozenset())
+
+
+# ---- what ctrain launch hands the training script -------------------------------------------
+# Launch outputs, never settings: a setting (CTRAIN_MODE, CTRAIN_COLLECTIVE, ...) is what was
+# asked, these are what was decided, so a nested launch cannot take one for the other.
+
+ENV_LAUNCH_MODE = "CTRAIN_LAUNCH_MODE"
+ENV_RANK = "CTRAIN_RANK"
+ENV_WORLD_SIZE = "CTRAIN_WORLD_SIZE"
+ENV_LOCAL_RANK = "CTRAIN_LOCAL_RANK"
+ENV_LOCAL_SIZE = "CTRAIN_LOCAL_SIZE"
+ENV_LAUNCH_COLLECTIVE = "CTRAIN_LAUNCH_COLLECTIVE"
+ENV_LAUNCH_COLLECTIVE_TIMEOUT = "CTRAIN_LAUNCH_COLLECTIVE_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What ``ctrain launch`` decided for this process, as the script reads it."""
+
+    mode: Mode
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    collective: str
+    collective_timeout: int
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            ENV_LAUNCH_MODE: self.mode.value,
+            ENV_RANK: str(self.rank),
+            ENV_WORLD_SIZE: str(self.size),
+            ENV_LOCAL_RANK: str(self.local_rank),
+            ENV_LOCAL_SIZE: str(self.local_size),
+            ENV_LAUNCH_COLLECTIVE: self.collective,
+            ENV_LAUNCH_COLLECTIVE_TIMEOUT: str(self.collective_timeout),
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Launched | None:
+        """The launch's decisions, or None when ctrain launch did not start this process."""
+        if ENV_LAUNCH_MODE not in environ:
+            return None
+        try:
+            return cls(
+                Mode(environ[ENV_LAUNCH_MODE]),
+                int(environ[ENV_RANK]),
+                int(environ[ENV_WORLD_SIZE]),
+                int(environ[ENV_LOCAL_RANK]),
+                int(environ[ENV_LOCAL_SIZE]),
+                environ[ENV_LAUNCH_COLLECTIVE],
+                int(environ[ENV_LAUNCH_COLLECTIVE_TIMEOUT]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise LaunchError(
+                f"incomplete or malformed CTRAIN_* launch variables ({exc})",
+                f"start the script with ctrain launch, or unset {ENV_LAUNCH_MODE}",
+            ) from exc

@@ -1,0 +1,122 @@
+"""The names shared between modules and processes: launch variables, image schemes, job modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctrain.container.apptainer import Apptainer
+from ctrain.container.spec import SpecError
+from ctrain.errors import ConfigError, LaunchError
+from ctrain.images.build import BuildRequest, check_request
+from ctrain.images.pull import check_ref
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
+from ctrain.names import JOB_MODES, Launched, Mode, Operation, is_remote, schemes
+from ctrain.settings import SETTINGS, resolve
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "jobs"
+LAUNCHED = Launched(Mode.MULTIWORKER, 3, 4, 1, 2, "nccl", 90)
+
+
+def test_launch_variables_round_trip() -> None:
+    env = LAUNCHED.to_env()
+    assert Launched.from_env(env) == LAUNCHED
+    assert Launched.from_env({"PATH": "/bin"}) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"CTRAIN_RANK": "one"},
+        {"CTRAIN_LAUNCH_MODE": "bogus"},
+        {"CTRAIN_LAUNCH_COLLECTIVE_TIMEOUT": ""},
+    ],
+)
+def test_malformed_launch_variables_are_refused(change: dict[str, str]) -> None:
+    with pytest.raises(LaunchError, match="malformed CTRAIN_"):
+        Launched.from_env({**LAUNCHED.to_env(), **change})
+
+
+def test_incomplete_launch_variables_are_refused() -> None:
+    env = LAUNCHED.to_env()
+    del env["CTRAIN_LAUNCH_COLLECTIVE"]
+    with pytest.raises(LaunchError, match="incomplete"):
+        Launched.from_env(env)
+
+
+def test_no_launch_variable_is_a_setting() -> None:
+    settings = {setting.env for setting in SETTINGS}
+    assert not settings & set(LAUNCHED.to_env())
+
+
+def test_a_nested_launch_reads_the_settings_not_the_outer_decisions(tmp_path: Path) -> None:
+    """The outer launch chose nccl (it saw GPUs); the inner one is still asked for auto."""
+    outer = make_plan(JobEnv.from_environ({}, "h"), LaunchOptions(), {}, ("0",))
+    assert outer.collective == "nccl"
+    inner_environ = {**child_environ({}, outer), "HOME": str(tmp_path)}
+    inner = resolve({}, inner_environ, tmp_path)
+    assert inner["collective"].value == "auto" and inner["mode"].value == "auto"
+    assert Launched.from_env(inner_environ) == Launched(Mode.SINGLE, 0, 1, 0, 1, "nccl", 600)
+
+
+def test_job_modes_are_the_templates() -> None:
+    assert sorted(JOB_MODES) == sorted(path.stem for path in TEMPLATES.glob("*.sbatch"))
+
+
+# Whether ctrain takes SCHEME://... as a remote image for each operation.
+OPERATIONS: tuple[Operation, ...] = ("pull", "exec", "build")
+ACCEPTED = {
+    # scheme          pull   exec   build
+    "docker":         (True, True,  True),
+    "docker-daemon":  (True, True,  True),
+    "docker-archive": (True, True,  True),
+    "oras":           (True, True,  True),
+    "library":        (True, True,  True),
+    "shub":           (True, True,  True),
+    "http":           (True, True,  False),
+    "https":          (True, True,  False),
+    "ftp":            (False, False, False),
+    "oci":            (False, False, False),
+}  # fmt: skip
+SCHEME_TABLE = [
+    (scheme, operation, accepted)
+    for scheme, row in ACCEPTED.items()
+    for operation, accepted in zip(OPERATIONS, row, strict=True)
+]
+
+
+@pytest.mark.parametrize(("scheme", "operation", "accepted"), SCHEME_TABLE)
+def test_scheme_table(scheme: str, operation: Operation, accepted: bool) -> None:
+    assert is_remote(f"{scheme}://example.org/ctrain:1", operation) is accepted
+    assert (scheme in schemes(operation)) is accepted
+
+
+@pytest.mark.parametrize(("scheme", "operation", "accepted"), SCHEME_TABLE)
+def test_each_operation_follows_the_table(
+    scheme: str, operation: Operation, accepted: bool, tmp_path: Path
+) -> None:
+    """What pull, exec and build do with SCHEME://..., in the modules that do it."""
+    ref = f"{scheme}://example.org/ctrain:1"
+    if operation == "pull":
+        if accepted:
+            assert check_ref(ref, "apptainer") == ref
+        else:
+            with pytest.raises(ConfigError, match="cannot pull"):
+                check_ref(ref, "apptainer")
+    elif operation == "exec":
+        assert Apptainer("apptainer").image_file(ref) == (None if accepted else ref)
+    else:
+        request = BuildRequest("apptainer", "apptainer", ref, str(tmp_path / "x.sif"))
+        if accepted:
+            check_request(request)
+        else:
+            with pytest.raises(SpecError, match="does not exist"):
+                check_request(request)
+
+
+def test_a_local_path_is_never_remote() -> None:
+    for operation in OPERATIONS:
+        assert not is_remote("/images/ctrain.sif", operation)
+        assert not is_remote("docker:/x", operation)
