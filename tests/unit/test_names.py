@@ -16,7 +16,8 @@ from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
 from ctrain.names import JOB_MODES, Launched, Mode, Operation, is_remote, schemes
 from ctrain.settings import SETTINGS, resolve
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "jobs"
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "jobs"
 LAUNCHED = Launched(Mode.MULTIWORKER, 3, 4, 1, 2, "nccl", 90)
 
 
@@ -59,6 +60,11 @@ def test_a_nested_launch_reads_the_settings_not_the_outer_decisions(tmp_path: Pa
     inner = resolve({}, inner_environ, tmp_path)
     assert inner["collective"].value == "auto" and inner["mode"].value == "auto"
     assert Launched.from_env(inner_environ) == Launched(Mode.SINGLE, 0, 1, 0, 1, "nccl", 600)
+
+
+def test_readme_names_every_launch_variable() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert [name for name in LAUNCHED.to_env() if f"`{name}`" not in readme] == []
 
 
 def test_job_modes_are_the_templates() -> None:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ctrain.cli import main
 from ctrain.errors import ConfigError
-from ctrain.settings import SETTINGS, parse_flag, resolve
+from ctrain.settings import BENCH_SETTINGS, CORE_SETTINGS, SETTINGS, parse_flag, resolve
 
 
 @pytest.fixture
@@ -63,6 +63,26 @@ def test_every_setting_resolves_to_its_default(dirs: tuple[Path, dict[str, str]]
     cwd, environ = dirs
     resolved = resolve({}, environ, cwd)
     assert {name: r.value for name, r in resolved.items()} == {s.name: s.default for s in SETTINGS}
+
+
+def test_bench_settings_have_their_own_table() -> None:
+    assert [s.name for s in CORE_SETTINGS if s.name.startswith("bench_")] == []
+    assert all(s.name.startswith("bench_") for s in BENCH_SETTINGS)
+    assert all(s.env.startswith("CTRAIN_BENCH_") for s in BENCH_SETTINGS)
+
+
+def test_bench_settings_keep_the_precedence(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    (cwd / "ctrain.toml").write_text('bench_model = "MobileNetV2"\nbench_steps = 7\n')
+    environ["CTRAIN_BENCH_STEPS"] = "9"
+    resolved = resolve({"bench_batch": 16}, environ, cwd)
+    assert (resolved["bench_batch"].value, resolved["bench_batch"].source) == (16, "flag")
+    assert (resolved["bench_steps"].value, resolved["bench_steps"].source) == (
+        9,
+        "env CTRAIN_BENCH_STEPS",
+    )
+    assert resolved["bench_model"].value == "MobileNetV2"
+    assert resolved["bench_iters"].source == "default"
 
 
 def test_typed_values_from_env_and_file(dirs: tuple[Path, dict[str, str]]) -> None:
