@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import ctrain.distributed
+from ctrain.names import Launched, Mode
 from ctrain.train import checkpoints
 from ctrain.train.checkpoints import CheckpointError, Fingerprint
 
@@ -104,12 +105,16 @@ def test_keep_must_keep_one(tmp_path: Path) -> None:
 
 
 def test_manifest_records_the_job(tmp_path: Path) -> None:
-    info = checkpoints.job_info({"SLURM_JOB_ID": "12", "SLURM_RESTART_COUNT": "2", "HOME": "/h"})
+    launched = Launched(Mode.HOROVOD, 1, 2, 1, 2, "nccl", 600).to_env()
+    environ = {"SLURM_JOB_ID": "12", "SLURM_RESTART_COUNT": "2", "HOME": "/h", **launched}
+    info = checkpoints.job_info(environ)
     path = checkpoints.write(tmp_path, 1, 0, FP, state_writer(b"x"), info)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["info"]["SLURM_JOB_ID"] == "12"
     assert manifest["info"]["SLURM_RESTART_COUNT"] == "2"
-    assert "HOME" not in manifest["info"]
+    assert manifest["info"]["CTRAIN_LAUNCH_MODE"] == "horovod"
+    assert manifest["info"]["CTRAIN_WORLD_SIZE"] == "2"
+    assert "HOME" not in manifest["info"] and "CTRAIN_RANK" not in manifest["info"]
 
 
 def test_fingerprints_ignore_generated_names_but_not_the_architecture() -> None:
