@@ -14,7 +14,7 @@ from ctrain.container.spec import Action
 from ctrain.images import cachedir
 from ctrain.launch.jobenv import GpuEnv
 from ctrain.settings import Resolved
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 
 def plan(
@@ -67,7 +67,7 @@ def _apptainer_cache(
         Path.exists,
     )
     cachedir.ensure_dirs(choice)
-    cachedir.check_free(choice.path, int(str(s["min_free_gb"].value)))
+    fs.check_free(choice.path, int(str(s["min_free_gb"].value)))
     return cachedir.apptainer_env(choice)
 
 

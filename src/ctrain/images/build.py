@@ -14,7 +14,7 @@ from ctrain.container.spec import SpecError, parse_env_pair
 from ctrain.errors import CtrainError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.pull import check_sif
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 REMOTE = ("docker://", "docker-daemon://", "docker-archive://", "oras://", "library://")
 
@@ -94,10 +94,10 @@ def build(
     env = dict(environ)
     if cache is not None:
         cachedir.ensure_dirs(cache)
-        cachedir.check_free(cache.path, min_free_gb)
+        fs.check_free(cache.path, min_free_gb)
         env.update(cachedir.apptainer_env(cache))
     if request.runtime not in ("docker", "podman"):
-        cachedir.check_free(Path(request.target).parent, min_free_gb)
+        fs.check_free(Path(request.target).parent, min_free_gb)
     argv = build_argv(request)
     temp = temp_target(Path(request.target))
     try:

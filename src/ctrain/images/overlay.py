@@ -30,7 +30,7 @@ from typing import Literal
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import cachedir, pull
-from ctrain.util import locks, proc
+from ctrain.util import fs, locks, proc
 
 MIB = 1024**2
 MIN_SIZE = 64 * MIB
@@ -168,7 +168,7 @@ def plan_create(
         raise ConfigError(
             f"directory {path.parent} does not exist", f"create it first (mkdir -p {path.parent})"
         )
-    if not sparse and cachedir.free_bytes(path.parent) < size:
+    if not sparse and fs.free_bytes(path.parent) < size:
         raise ConfigError(
             f"not enough free space in {path.parent} for {human(size)}",
             "free some space, choose a smaller --size, or add --sparse",

@@ -39,7 +39,7 @@ from typing import Literal
 from ctrain import __version__
 from ctrain.errors import ConfigError, CtrainError, ExternalToolError
 from ctrain.images import cachedir
-from ctrain.util import locks, proc
+from ctrain.util import fs, locks, proc
 
 SIF_RUNTIMES = ("apptainer", "singularity")
 ENGINE_RUNTIMES = ("docker", "podman")
@@ -546,8 +546,8 @@ def _pull_sif(
     sidecar, action, reason = _decide_sif(plan, target)
     if action == "reuse" and sidecar is not None:
         return PullResult(str(target), False, sidecar, reason)
-    cachedir.check_free(target.parent, min_free_gb)
-    cachedir.check_free(cache.tmp, min_free_gb)
+    fs.check_free(target.parent, min_free_gb)
+    fs.check_free(cache.tmp, min_free_gb)
     env = {**environ, **cachedir.apptainer_env(cache)}
     temp = temp_for(target, f"{os.getpid()}-{secrets.token_hex(4)}")
     say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import threading
@@ -44,13 +45,33 @@ def run(
         ) from exc
 
 
-def check(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60) -> str:
-    """Run ``argv`` and return its stdout; a non-zero exit is an error carrying its stderr."""
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped ("" when there is none)."""
+    return ([line.strip() for line in text.splitlines() if line.strip()] or [""])[-1]
+
+
+def failure(done: subprocess.CompletedProcess[str]) -> str:
+    """What a failed run said last (stderr, else stdout), or its exit code."""
+    return last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
+
+
+def check(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 60,
+    *,
+    what: str = "",
+    fix: str = "",
+) -> str:
+    """Run ``argv`` and return its stdout. A non-zero exit is an ExternalToolError
+    ``<what> failed: <its last line>`` (``what`` defaults to the program) with ``fix``
+    (default: run it by hand)."""
     done = run(argv, env, timeout)
     if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        last = detail[-1] if detail else f"exit code {done.returncode}"
-        raise ExternalToolError(f"{argv[0]} failed: {last}", f"run it by hand: {' '.join(argv)}")
+        raise ExternalToolError(
+            f"{what or argv[0]} failed: {failure(done)}",
+            fix or f"run it by hand: {shlex.join(argv)}",
+        )
     return done.stdout
 
 
