@@ -10,6 +10,7 @@ leaves the target as it was; a process killed outright leaves only a temporary n
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -61,6 +62,13 @@ def check_free(path: Path, min_gb: int, fix: str = FREE_FIX) -> int:
             fix,
         )
     return free
+
+
+def write_error(exc: OSError, path: Path, space_fix: str) -> ConfigError:
+    """The one-line error for a failed write of ``path``; a full disk is told ``space_fix``."""
+    if exc.errno == errno.ENOSPC:
+        return ConfigError(f"no space left in {path.parent} for {path.name}", space_fix)
+    return ConfigError(f"cannot write {path}: {exc.strerror}", "check the directory")
 
 
 # ---------------------------------------------------------------------------------------------
