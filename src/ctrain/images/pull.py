@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from ctrain import __version__
 from ctrain.errors import ConfigError, CtrainError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.engine import (
@@ -50,7 +49,7 @@ from ctrain.images.sif import (
     check_sif,
     decide,
     lock_of,
-    now_iso,
+    new_sidecar,
     read_sidecar,
     sidecar_of,
     sif_inspect_argv,
@@ -255,7 +254,16 @@ def pull(
     with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
         if plan.target is None:
             return _pull_engine(plan, environ, say)
-        return _pull_sif(plan, plan.target, cache, environ, min_free_gb, say)
+        target = plan.target
+        for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
+            say(f"removed {leftover.name}, left by an interrupted pull")
+        sidecar, action, reason = _decide_sif(plan, target)
+        if action == "reuse" and sidecar is not None:
+            return PullResult(str(target), False, sidecar, reason)
+        fs.check_free(target.parent, min_free_gb)
+        fs.check_free(cache.tmp, min_free_gb)
+        say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
+        return _pull_sif(plan, target, {**environ, **cachedir.apptainer_env(cache)}, reason)
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
@@ -266,35 +274,18 @@ def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, s
     return sidecar, action, reason
 
 
-def _pull_sif(
-    plan: PullPlan,
-    target: Path,
-    cache: cachedir.CacheChoice,
-    environ: Mapping[str, str],
-    min_free_gb: int,
-    say: Callable[[str], None],
-) -> PullResult:
-    for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
-        say(f"removed {leftover.name}, left by an interrupted pull")
-    sidecar, action, reason = _decide_sif(plan, target)
-    if action == "reuse" and sidecar is not None:
-        return PullResult(str(target), False, sidecar, reason)
-    fs.check_free(target.parent, min_free_gb)
-    fs.check_free(cache.tmp, min_free_gb)
-    env = {**environ, **cachedir.apptainer_env(cache)}
-    say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
+def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str) -> PullResult:
+    """Download into a temporary file, check it, rename it over ``target``, then record it."""
     try:
         with fs.atomic(target, fs.temp_beside(target, TEMP_TAG)) as temp:
             size = _download_sif(plan, temp, env)
             # Old sidecar out first: a crash between the steps leaves no sidecar (pull again),
             # never a sidecar that describes a different file.
             plan.record.unlink(missing_ok=True)
-        new = Sidecar(
-            ref=plan.ref,
-            runtime=plan.runtime,
-            pulled_at=now_iso(),
-            ctrain_version=__version__,
-            digest=digest_in_ref(plan.ref),
+        new = new_sidecar(
+            plan.ref,
+            plan.runtime,
+            digest_in_ref(plan.ref),
             size=size,
             target=str(target.absolute()),
         )
@@ -367,14 +358,8 @@ def _pull_engine(
             f"{plan.runtime} pulled {plan.ref} but `{plan.runtime} image inspect` cannot see it",
             f"run {plan.runtime} image inspect {plan.ref} by hand",
         )
-    new = Sidecar(
-        ref=plan.ref,
-        runtime=plan.runtime,
-        pulled_at=now_iso(),
-        ctrain_version=__version__,
-        digest=pulled_digest(plan.ref, image, stdout),
-        image_id=image.id,
-    )
+    digest = pulled_digest(plan.ref, image, stdout)
+    new = new_sidecar(plan.ref, plan.runtime, digest, image_id=image.id)
     fs.write_text(plan.record, new.to_json())
     status = engine_pull_status(stdout)
     return PullResult(plan.ref, status != "up to date", new, f"{plan.runtime} pull: {status}")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
+from ctrain import __version__
 from ctrain.errors import ConfigError
 
 IMAGES_DIR = "images"  # pulled SIF files in the cache
@@ -125,6 +126,19 @@ class Sidecar:
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_sidecar(
+    ref: str,
+    runtime: str,
+    digest: str | None,
+    *,
+    size: int | None = None,
+    image_id: str | None = None,
+    target: str | None = None,
+) -> Sidecar:
+    """The record of a pull made now by this ctrain."""
+    return Sidecar(ref, runtime, now_iso(), __version__, digest, size, image_id, target)
 
 
 def read_sidecar(path: Path) -> Sidecar | None:

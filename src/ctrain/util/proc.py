@@ -20,6 +20,12 @@ def which(program: str, environ: Mapping[str, str] | None = None) -> str | None:
     return shutil.which(program, path=path)
 
 
+def _not_found(program: str, exc: OSError) -> ExternalToolError:
+    return ExternalToolError(
+        f"{program} not found", f"install it or put it on PATH ({exc.strerror})"
+    )
+
+
 def run(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -36,9 +42,7 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise ExternalToolError(
-            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
-        ) from exc
+        raise _not_found(argv[0], exc) from exc
     except subprocess.TimeoutExpired as exc:
         raise ExternalToolError(
             f"{' '.join(argv)} did not finish within {timeout} s", "check that it is not hanging"
@@ -110,9 +114,7 @@ def stream(
             bufsize=1,
         )
     except FileNotFoundError as exc:
-        raise ExternalToolError(
-            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
-        ) from exc
+        raise _not_found(argv[0], exc) from exc
     expired = threading.Event()
 
     def stop() -> None:
