@@ -41,7 +41,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     if found is not None:
         return found
     job = JobEnv.from_environ(environ, socket.gethostname())
-    from ctrain.launch.start import visible_gpus
+    from ctrain.launch.gpus import visible_gpus
 
     options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))
     plan = make_plan(job, options, environ, visible_gpus(job, environ))

@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
+from ctrain.launch.gpus import list_gpus
 from ctrain.names import CONTAINER_RUNTIMES
 from ctrain.settings import Resolved
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 Status = Literal["PASS", "WARN", "FAIL"]
 PROBE_TIMEOUT = 120.0
@@ -69,12 +70,6 @@ def parse_docker_server(text: str) -> str | None:
     return value if value and value != "<no value>" else None
 
 
-def parse_gpu_names(listing: str) -> list[str]:
-    """GPU names from ``nvidia-smi -L`` ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-...)")."""
-    pattern = r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$"
-    return [m.group(1) for m in re.finditer(pattern, listing, re.MULTILINE)]
-
-
 def parse_mpirun_version(text: str) -> str:
     """First line of ``mpirun --version``; MPICH's Hydra puts its version on a later line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -96,36 +91,32 @@ def parse_probe(stdout: str) -> dict[str, Any]:
     raise ValueError("the probe printed no JSON object")
 
 
-def last_line(text: str) -> str:
-    return ([line.strip() for line in text.splitlines() if line.strip()] or [""])[-1]
-
-
 def count_names(names: Sequence[str]) -> str:
     """``["A", "A", "B"]`` -> ``"2 x A, 1 x B"``."""
     return ", ".join(f"{names.count(n)} x {n}" for n in dict.fromkeys(names))
 
 
-def _tool(argv: list[str], environ: Mapping[str, str]) -> tuple[int, str, str]:
+def _tool(argv: list[str], what: str, environ: Mapping[str, str]) -> str | CtrainError:
+    """The tool's stdout, or the error saying why it failed: a doctor reports, never raises."""
     try:
-        done = proc.run(argv, environ, timeout=TOOL_TIMEOUT)
+        return proc.check(argv, environ, TOOL_TIMEOUT, what=what)
     except CtrainError as exc:
-        return -1, "", exc.message
-    return done.returncode, done.stdout, done.stderr
+        return exc
 
 
 def _runtime(name: str, path: str, environ: Mapping[str, str]) -> tuple[bool, str]:
     """(usable, description) of one installed runtime."""
     if name == "docker":
-        code, out, _ = _tool([path, "version", "--format", "{{.Server.Version}}"], environ)
-        server = parse_docker_server(out) if code == 0 else None
+        out = _tool([path, "version", "--format", "{{.Server.Version}}"], "docker", environ)
+        server = parse_docker_server(out) if isinstance(out, str) else None
         if server:
             return True, f"docker {server} ({path})"
-        code, out, err = _tool([path, "--version"], environ)
-        client = parse_version(out) if code == 0 else last_line(err) or "version unknown"
+        out = _tool([path, "--version"], "docker --version", environ)
+        client = parse_version(out) if isinstance(out, str) else "version unknown"
         return False, f"docker {client} ({path}): daemon not reachable"
-    code, out, err = _tool([path, "--version"], environ)
-    if code != 0:
-        return False, f"{name} at {path} fails: {last_line(err or out) or f'exit {code}'}"
+    out = _tool([path, "--version"], f"{name} at {path}", environ)
+    if isinstance(out, CtrainError):
+        return False, out.message
     return True, f"{name} {parse_version(out)} ({path})"
 
 
@@ -149,12 +140,12 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
     except CtrainError as exc:
         return Check("cache", "WARN", exc.message, exc.fix)
     needed = int(str(settings["min_free_gb"].value))
-    free = cachedir.free_bytes(choice.path) / cachedir.GIB
-    detail = f"{choice.path} ({choice.source}), {free:.1f} GiB free, tmp {choice.tmp}"
+    free = fs.free_bytes(choice.path)
+    detail = f"{choice.path} ({choice.source}), {fs.human(free)} free, tmp {choice.tmp}"
     if choice.under_home:
         fix = "set CTRAIN_CACHE_DIR to a directory on scratch: home quotas are small"
         return Check("cache", "WARN", detail + ": under $HOME", fix)
-    if free < needed:
+    if free < needed * fs.GIB:
         fix = f"free space or set CTRAIN_CACHE_DIR elsewhere ({needed} GiB wanted)"
         return Check("cache", "WARN", f"{detail}: under {needed} GiB", fix)
     return Check("cache", "PASS", detail)
@@ -163,9 +154,9 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
 def check_tmp(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
     tmp = Path(environ.get("TMPDIR") or "/tmp")
     needed = int(str(settings["min_free_gb"].value))
-    free = cachedir.free_bytes(tmp) / cachedir.GIB
-    detail = f"{tmp} (TMPDIR {'set' if environ.get('TMPDIR') else 'unset'}), {free:.1f} GiB free"
-    if free < needed:
+    free = fs.free_bytes(tmp)
+    detail = f"{tmp} (TMPDIR {'set' if environ.get('TMPDIR') else 'unset'}), {fs.human(free)} free"
+    if free < needed * fs.GIB:
         fix = "set TMPDIR to a local or scratch directory with more room"
         return Check("tmp", "WARN", f"{detail}: under {needed} GiB", fix)
     return Check("tmp", "PASS", detail)
@@ -192,15 +183,6 @@ def check_slurm(environ: Mapping[str, str]) -> Check:
     return Check("slurm", "PASS", detail)
 
 
-def list_gpus(environ: Mapping[str, str]) -> list[str] | None:
-    """GPU names from nvidia-smi; None when nvidia-smi is missing or fails."""
-    path = proc.which("nvidia-smi", environ)
-    if path is None:
-        return None
-    code, out, _ = _tool([path, "-L"], environ)
-    return parse_gpu_names(out) if code == 0 else None
-
-
 def check_gpus(gpus: list[str] | None, environ: Mapping[str, str]) -> Check:
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     shown = "CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible}"
@@ -219,7 +201,7 @@ def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any]
         why = f"importing {name} in {sys.executable} did not finish within {PROBE_TIMEOUT:.0f} s"
         return Check(name, "FAIL", why, "check the filesystem holding site-packages, then retry")
     if done.returncode != 0:
-        why = last_line(done.stderr) or f"exit code {done.returncode}"
+        why = proc.failure(done)
         return Check(name, "FAIL", f"not importable by {sys.executable}: {why}", INSTALL_FIX)
     try:
         return parse_probe(done.stdout)
@@ -266,9 +248,9 @@ def check_mpi(environ: Mapping[str, str]) -> Check:
     if path is None:
         fix = "install Open MPI for Horovod's MPI mode; Gloo (horovodrun --gloo) works without"
         return Check("mpi", "WARN", "mpirun not found", fix)
-    code, out, err = _tool([path, "--version"], environ)
-    if code != 0:
-        return Check("mpi", "WARN", f"{path} --version fails: {last_line(err or out)}", "")
+    out = _tool([path, "--version"], f"{path} --version", environ)
+    if isinstance(out, CtrainError):
+        return Check("mpi", "WARN", out.message, "")
     return Check("mpi", "PASS", f"{parse_mpirun_version(out)} ({path})")
 
 
@@ -283,7 +265,8 @@ def guarded(name: str, check: Callable[[], Check]) -> Check:
 def run_checks(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> list[Check]:
     """Every check, in display order; the slow probes run side by side."""
     try:
-        gpus = list_gpus(environ)
+        found = list_gpus(environ)
+        gpus = None if found is None else [gpu.name for gpu in found]
     except Exception:  # check_gpus reports the absence
         gpus = None
     checks: list[tuple[str, Callable[[], Check]]] = [

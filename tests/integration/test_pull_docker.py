@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import pull
+from ctrain.images import pull, sif
 
 pytestmark = pytest.mark.docker
 
@@ -145,7 +145,7 @@ def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
     assert len(pull_events(ref, start)) == 1
 
     record = record_of(cache, ref)
-    sidecar = pull.read_sidecar(record)
+    sidecar = sif.read_sidecar(record)
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "docker", digest)
     image_id = json.loads(docker("image", "inspect", ref).stdout)[0]["Id"]
@@ -173,7 +173,7 @@ def test_force_asks_the_registry_which_has_nothing_new(
     assert forced.returncode == 0, forced.stderr
     assert len(pull_events(ref, start)) == 1  # docker pull ran...
     assert "nothing downloaded (docker pull: up to date)" in forced.stdout  # ...and said so
-    sidecar = pull.read_sidecar(record_of(cache, ref))
+    sidecar = sif.read_sidecar(record_of(cache, ref))
     assert sidecar is not None and sidecar.digest == digest
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.spec import SpecError
-from ctrain.images.build import BuildRequest, build_argv, check_request, default_target, temp_target
+from ctrain.images.build import (
+    BuildRequest,
+    check_request,
+    default_target,
+    engine_build_argv,
+    sif_build_argv,
+)
 
 from . import fake_apptainer
 
@@ -45,17 +51,17 @@ def ctrain(
 
 def test_argv() -> None:
     sif = BuildRequest("apptainer", "/bin/apptainer", "a.def", "/x/a.sif", ("V=1",), fakeroot=True)
-    assert build_argv(sif) == [
+    assert sif_build_argv(sif, Path("/x/.a.sif.build-1")) == [
         "/bin/apptainer",
         "build",
         "--fakeroot",
         "--build-arg",
         "V=1",
-        str(temp_target(Path("/x/a.sif"))),
+        "/x/.a.sif.build-1",
         "a.def",
     ]
     engine = BuildRequest("docker", "/bin/docker", "/r/Dockerfile.gpu", "ctrain:1", ("B=x y",))
-    assert build_argv(engine) == [
+    assert engine_build_argv(engine) == [
         "/bin/docker",
         "build",
         "--network",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError
-from ctrain.images import cache, pull
+from ctrain.images import cache, sif
 from ctrain.images.cachedir import CacheChoice
 
 DAY = 86400
@@ -53,7 +53,7 @@ def put(path: Path, data: bytes = b"x" * 5000, age_days: float = 0) -> Path:
 
 
 def sidecar_text(ref: str) -> str:
-    return pull.Sidecar(ref, "apptainer", "2026-01-01T00:00:00Z", "0.1.0", size=5000).to_json()
+    return sif.Sidecar(ref, "apptainer", "2026-01-01T00:00:00Z", "0.1.0", size=5000).to_json()
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def root(tmp_path: Path) -> Path:
     put(r / "cache" / "blob" / "blobs" / "sha256" / "bbbb", age_days=2)
     put(r / "cache" / "oci-tmp" / "cccc", age_days=45)
     put(r / "tmp" / "build-123" / "rootfs", age_days=31)
-    engine = pull.Sidecar("r:5000/t/bb:1", "docker", "2026-01-01T00:00:00Z", "0.1.0",
+    engine = sif.Sidecar("r:5000/t/bb:1", "docker", "2026-01-01T00:00:00Z", "0.1.0",
                             digest="sha256:" + "ab" * 32, image_id="sha256:1111")  # fmt: skip
     put(r / "docker" / "r_5000_t_bb_1.json", engine.to_json().encode(), age_days=1)
     return r

@@ -12,9 +12,7 @@ from ctrain.images.cachedir import (
     NO_CACHE_FIX,
     CacheChoice,
     apptainer_env,
-    check_free,
     ensure_dirs,
-    free_bytes,
     is_under,
     resolve_cache_dir,
 )
@@ -204,18 +202,3 @@ def test_ensure_dirs_refuses_a_file(tmp_path: Path) -> None:
     (tmp_path / "cache").write_text("")
     with pytest.raises(ConfigError, match="cache"):
         ensure_dirs(CacheChoice(tmp_path / "cache", "flag", False))
-
-
-def test_free_bytes_uses_nearest_existing_parent(tmp_path: Path) -> None:
-    assert free_bytes(tmp_path / "not" / "yet") == free_bytes(tmp_path) > 0
-
-
-def test_check_free(tmp_path: Path) -> None:
-    assert check_free(tmp_path / "cache", 0) > 0
-    with pytest.raises(ConfigError) as raised:
-        check_free(tmp_path / "cache", 10**9)
-    message = raised.value.message
-    assert str(tmp_path / "cache") in message
-    assert "1000000000 GiB needed" in message
-    assert "GiB free" in message
-    assert "CTRAIN_CACHE_DIR" in raised.value.fix

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from ctrain import doctor
 from ctrain.cli import main
 from ctrain.doctor import Check
+from ctrain.launch.gpus import Gpu, list_gpus, parse_nvidia_smi, visible_gpus
+from ctrain.launch.jobenv import JobEnv
 from ctrain.settings import resolve
 from ctrain.util import proc
 
@@ -70,17 +72,16 @@ def test_parse_docker_server() -> None:
     assert doctor.parse_docker_server("<no value>\n") is None
 
 
-def test_parse_gpu_names() -> None:
-    assert doctor.parse_gpu_names(NVIDIA_SMI) == [
-        "NVIDIA A100-SXM4-40GB",
-        "NVIDIA A100-SXM4-40GB",
-        "Tesla V100-SXM2-16GB",
-    ]
-    assert doctor.parse_gpu_names(NVIDIA_SMI_MIG) == ["NVIDIA A100-SXM4-40GB"]
-    assert doctor.parse_gpu_names("No devices found.\n") == []
-    assert doctor.count_names(doctor.parse_gpu_names(NVIDIA_SMI)) == (
-        "2 x NVIDIA A100-SXM4-40GB, 1 x Tesla V100-SXM2-16GB"
+def test_parse_nvidia_smi() -> None:
+    assert parse_nvidia_smi(NVIDIA_SMI) == (
+        Gpu("0", "NVIDIA A100-SXM4-40GB"),
+        Gpu("1", "NVIDIA A100-SXM4-40GB"),
+        Gpu("2", "Tesla V100-SXM2-16GB"),
     )
+    assert parse_nvidia_smi(NVIDIA_SMI_MIG) == (Gpu("0", "NVIDIA A100-SXM4-40GB"),)
+    assert parse_nvidia_smi("No devices found.\n") == ()
+    names = [gpu.name for gpu in parse_nvidia_smi(NVIDIA_SMI)]
+    assert doctor.count_names(names) == "2 x NVIDIA A100-SXM4-40GB, 1 x Tesla V100-SXM2-16GB"
 
 
 def test_parse_mpirun_version() -> None:
@@ -190,13 +191,18 @@ def test_gpus() -> None:
     assert some == Check("gpus", "PASS", "2: 2 x A100; CUDA_VISIBLE_DEVICES=0,1")
 
 
-def test_list_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_gpus_and_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     runner_ = fake(monkeypatch, {"nvidia-smi": "/usr/bin/nvidia-smi"})
-    assert doctor.list_gpus({}) == doctor.parse_gpu_names(NVIDIA_SMI)
+    assert list_gpus({}) == parse_nvidia_smi(NVIDIA_SMI)
+    job = JobEnv.from_environ({}, "node1")
+    assert visible_gpus(job, {}) == ("0", "1", "2")
+    pinned = JobEnv.from_environ({"CUDA_VISIBLE_DEVICES": "1"}, "node1")
+    assert visible_gpus(pinned, {}) == ("1",)
     runner_.answers["nvidia-smi -L"] = (9, "", "NVIDIA-SMI has failed")
-    assert doctor.list_gpus({}) is None
+    assert list_gpus({}) is None
+    assert visible_gpus(job, {}) == ()
     runner_.tools.clear()
-    assert doctor.list_gpus({}) is None
+    assert list_gpus({}) is None
 
 
 def test_slurm(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
-"""pull.py's pure parts: references, names, argv, the SIF header, sidecars, the reuse
-decision, docker's inspect output, and the pull lock between two processes."""
+"""The pure parts of images/pull.py, sif.py and engine.py: references, names, argv, the SIF
+header, sidecars, the reuse decision, docker's inspect output, and the pull lock between two
+processes."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError
-from ctrain.images import pull
-from ctrain.images.pull import Sidecar, TargetState
-from ctrain.util import locks
+from ctrain.images import engine, pull, sif
+from ctrain.images.sif import Sidecar, TargetState
+from ctrain.util import fs, locks
 from tests.unit.fake_apptainer import sif_bytes
 
 WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,", "ünï"]
@@ -83,15 +84,14 @@ def test_long_names_are_shortened_and_stay_distinct() -> None:
 
 
 def test_digest_in_ref() -> None:
-    assert pull.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
-    assert pull.digest_in_ref("docker://r/x:1") is None
+    assert engine.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
+    assert engine.digest_in_ref("docker://r/x:1") is None
 
 
 def test_companion_paths() -> None:
     target = Path("/c/images/x.sif")
-    assert pull.sidecar_of(target) == Path("/c/images/x.sif.json")
-    assert pull.lock_of(target) == Path("/c/images/x.sif.lock")
-    assert pull.temp_for(target, "12-ab") == Path("/c/images/.x.sif.pull-12-ab")
+    assert sif.sidecar_of(target) == Path("/c/images/x.sif.json")
+    assert sif.lock_of(target) == Path("/c/images/x.sif.lock")
 
 
 # -- argv golden tests --------------------------------------------------------------------------
@@ -100,18 +100,18 @@ def test_companion_paths() -> None:
 @pytest.mark.parametrize("name", WEIRD)
 def test_sif_argv_round_trips_any_path(name: str) -> None:
     temp = Path("/d") / name / ".x.sif.pull-1"
-    assert pull.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
+    assert sif.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
         "apptainer", "pull", str(temp), "docker://a/b:1",
     ]  # fmt: skip
-    assert pull.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
+    assert sif.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
         "/opt/singularity", "pull", "--force", str(temp), "oras://a/b:1",
     ]  # fmt: skip
-    assert pull.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
+    assert sif.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
 
 
 def test_engine_argv() -> None:
-    assert pull.engine_pull_argv("docker", "r/x:1") == ["docker", "pull", "r/x:1"]
-    assert pull.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
+    assert engine.engine_pull_argv("docker", "r/x:1") == ["docker", "pull", "r/x:1"]
+    assert engine.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
 
 
 # -- SIF header ---------------------------------------------------------------------------------
@@ -124,12 +124,12 @@ def _sif(payload: int = 1000) -> bytes:
 
 def test_a_whole_sif_passes() -> None:
     data = _sif()
-    assert pull.sif_problem(data[:128], len(data)) is None
+    assert sif.sif_problem(data[:128], len(data)) is None
 
 
 def test_magic_is_at_byte_32() -> None:
     data = _sif()
-    assert data[pull.SIF_MAGIC_OFFSET : pull.SIF_MAGIC_OFFSET + 10] == b"SIF_MAGIC\x00"
+    assert data[sif.SIF_MAGIC_OFFSET : sif.SIF_MAGIC_OFFSET + 10] == b"SIF_MAGIC\x00"
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_magic_is_at_byte_32() -> None:
 )
 def test_damaged_sif_headers(mutate, words: str) -> None:  # type: ignore[no-untyped-def]
     data = mutate(_sif())
-    problem = pull.sif_problem(data[:128], len(data))
+    problem = sif.sif_problem(data[:128], len(data))
     assert problem is not None and words in problem
 
 
@@ -156,9 +156,9 @@ def test_check_sif_on_disk(tmp_path: Path) -> None:
     good.write_bytes(_sif())
     bad = tmp_path / "bad.sif"
     bad.write_bytes(_sif()[:4200])
-    assert pull.check_sif(good) is None
-    assert "truncated" in str(pull.check_sif(bad))
-    assert "cannot read" in str(pull.check_sif(tmp_path / "missing"))
+    assert sif.check_sif(good) is None
+    assert "truncated" in str(sif.check_sif(bad))
+    assert "cannot read" in str(sif.check_sif(tmp_path / "missing"))
 
 
 # -- sidecars -----------------------------------------------------------------------------------
@@ -179,8 +179,8 @@ def _sidecar(**changes: object) -> Sidecar:
 def test_sidecar_round_trip(tmp_path: Path) -> None:
     sidecar = _sidecar(digest=DIGEST, target="/x y/z.sif")
     path = tmp_path / "x.sif.json"
-    pull.write_atomic(path, sidecar.to_json())
-    assert pull.read_sidecar(path) == sidecar
+    fs.write_text(path, sidecar.to_json())
+    assert sif.read_sidecar(path) == sidecar
     assert json.loads(path.read_text())["ref"] == "docker://a/b:1"
     assert [p.name for p in tmp_path.iterdir()] == ["x.sif.json"]  # no temporary left
 
@@ -240,7 +240,7 @@ def test_decide(  # noqa: PLR0913
     action: str,
     words: str,
 ) -> None:
-    got, reason = pull.decide(sidecar, REF, state, owned, force)
+    got, reason = sif.decide(sidecar, REF, state, owned, force)
     assert (got, words in reason) == (action, True), reason
 
 
@@ -258,10 +258,10 @@ INSPECT = json.dumps(
 
 
 def test_parse_engine_inspect() -> None:
-    image = pull.parse_engine_inspect(INSPECT)
-    assert image == pull.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
+    image = engine.parse_engine_inspect(INSPECT)
+    assert image == engine.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
     with pytest.raises(ValueError):
-        pull.parse_engine_inspect("[]")
+        engine.parse_engine_inspect("[]")
 
 
 @pytest.mark.parametrize(
@@ -274,25 +274,25 @@ def test_parse_engine_inspect() -> None:
     ],
 )
 def test_repository_of(ref: str, repo: str) -> None:
-    assert pull.repository_of(ref) == repo
+    assert engine.repository_of(ref) == repo
 
 
 def test_pick_digest() -> None:
     other = "sha256:" + "cd" * 32
     digests = [f"other/x@{other}", f"127.0.0.1:5000/t/bb@{DIGEST}"]
-    assert pull.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
-    assert pull.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert pull.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert pull.pick_digest("x:1", []) is None
-    assert pull.pick_digest(f"x@{DIGEST}", []) == DIGEST
+    assert engine.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
+    assert engine.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert engine.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert engine.pick_digest("x:1", []) is None
+    assert engine.pick_digest(f"x@{DIGEST}", []) == DIGEST
 
 
 def test_engine_pull_status() -> None:
     fresh = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Downloaded newer image for t/bb:1\n"
     same = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Image is up to date for t/bb:1\n"
-    assert pull.engine_pull_status(fresh) == "downloaded"
-    assert pull.engine_pull_status(same) == "up to date"
-    assert pull.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
+    assert engine.engine_pull_status(fresh) == "downloaded"
+    assert engine.engine_pull_status(same) == "up to date"
+    assert engine.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
 
 
 # -- plans --------------------------------------------------------------------------------------
@@ -351,15 +351,6 @@ def test_plan_docker_record_in_the_cache(tmp_path: Path) -> None:
     assert plan.ref == "r:5000/t/bb:1" and plan.target is None
     assert plan.record == tmp_path / "docker" / "r_5000_t_bb_1.json"
     assert plan.lock == tmp_path / "docker" / "r_5000_t_bb_1.lock"
-
-
-def test_remove_stale_temps(tmp_path: Path) -> None:
-    target = tmp_path / "x.sif"
-    for name in (".x.sif.pull-1-aa", ".x.sif.pull-2-bb", ".y.sif.pull-1", "x.sif", "x.sif.json"):
-        (tmp_path / name).write_text(name)
-    removed = pull.remove_stale_temps(target)
-    assert sorted(p.name for p in removed) == [".x.sif.pull-1-aa", ".x.sif.pull-2-bb"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".y.sif.pull-1", "x.sif", "x.sif.json"]
 
 
 # -- the lock between two processes -------------------------------------------------------------

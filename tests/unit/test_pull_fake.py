@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import pull
+from ctrain.images import pull, sif
 from tests.unit import fake_apptainer
 
 REF_A = "docker://registry.example/team/train:1"
@@ -128,7 +128,7 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
     }
     assert not temp.exists()
 
-    sidecar = pull.read_sidecar(pull.sidecar_of(target))
+    sidecar = sif.read_sidecar(sif.sidecar_of(target))
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.ctrain_version) == (REF_A, "apptainer", "0.1.0")
     assert sidecar.size == len(content(REF_A)) and sidecar.target == str(target)
@@ -139,13 +139,13 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
 def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
     target = fake.cache / "images" / pull.image_filename(REF_A)
-    sidecar_before = pull.sidecar_of(target).read_bytes()
+    sidecar_before = sif.sidecar_of(target).read_bytes()
 
     again = fake.run(REF_A)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"up to date: {target}") and "nothing downloaded" in again.stdout
     assert len(fake.calls("pull")) == 1
-    assert pull.sidecar_of(target).read_bytes() == sidecar_before
+    assert sif.sidecar_of(target).read_bytes() == sidecar_before
 
     forced = fake.run("--force", REF_A)
     assert forced.returncode == 0, forced.stderr
@@ -168,7 +168,7 @@ def test_output_file_and_directory(fake: Env) -> None:
     done = fake.run(REF_A, "-o", str(named))
     assert done.returncode == 0, done.stderr
     assert named.read_bytes() == content(REF_A)
-    assert pull.read_sidecar(pull.sidecar_of(named)) is not None
+    assert sif.read_sidecar(sif.sidecar_of(named)) is not None
 
 
 def test_a_damaged_target_is_pulled_again(fake: Env) -> None:
@@ -223,7 +223,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
     try:
         assert target.read_bytes() == content(REF_A)
-        assert pull.read_sidecar(pull.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
+        assert sif.read_sidecar(sif.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
         assert temp.exists()  # left behind: SIGKILL gives ctrain no chance
         after_kill = snapshot(fake.tmp)
         for name in ("img.sif", "img.sif.json"):
@@ -280,7 +280,7 @@ def test_three_concurrent_pulls_download_once(fake: Env) -> None:
     [
         ({"FAKE_APPTAINER_FAIL": "pull"}, "apptainer pull docker://"),
         ({"FAKE_APPTAINER_BAD": "1"}, "wrote no valid SIF image"),
-        ({"FAKE_APPTAINER_FAIL": "inspect"}, "apptainer inspect rejects the pulled image"),
+        ({"FAKE_APPTAINER_FAIL": "inspect"}, "apptainer inspect of the pulled image failed"),
     ],
 )
 def test_failed_pulls_leave_the_previous_target(
@@ -350,5 +350,5 @@ def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
     fake_apptainer.install(fake.tmp / "bin", "singularity")
     done = fake.run(REF_A, "--runtime", "singularity")
     assert done.returncode == 0, done.stderr
-    sidecar = pull.read_sidecar(pull.sidecar_of(fake.cache / "images" / pull.image_filename(REF_A)))
+    sidecar = sif.read_sidecar(sif.sidecar_of(fake.cache / "images" / pull.image_filename(REF_A)))
     assert sidecar is not None and sidecar.runtime == "singularity"

@@ -31,7 +31,7 @@ from ctrain.bench.core import (
     result_from_reports,
 )
 from ctrain.errors import ExternalToolError
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 SCRIPT_NAME = "synthetic_benchmark.py"
 
@@ -106,40 +106,62 @@ def run(
         command=command,
     )
     env = child_environ(environ, options.threads)
-    forward = ["PATH", *(THREAD_VARIABLES if options.threads else ())]
     units = options.iters + 1  # the warm-up, then each timed iteration
     progress = Progress(units * len(options.workers), progress_out)
     for workers in options.workers:
-        reports_dir = out_dir / "reports" / f"w{workers}"
-        for stale in reports_dir.glob("rank*.json"):
-            stale.unlink()
-        argv = launch_argv(
-            launcher,
-            options.mode,
-            workers,
-            ctrain,
-            benchmark_command(python, str(script), options, str(reports_dir)),
-            options.launcher_args,
-            as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
-            forward=forward,
-        )
+        bench = benchmark_command(python, str(script), options, str(_reports_dir(out_dir, workers)))
+        argv = _launch(options, launcher, workers, ctrain, bench)
         progress.start_run(f"{workers} worker{'s' if workers > 1 else ''}:")
         start = time.monotonic()
-        log_path = out_dir / "logs" / f"w{workers}.log"
-        code = _run_logged(argv, env, log_path, progress, options.timeout)
-        if code != 0:
-            tail = log_path.read_text().strip().splitlines()[-3:]
-            raise ExternalToolError(
-                f"the {workers}-worker run exited {code}: {' | '.join(tail)}",
-                f"see {log_path}",
-            )
-        found = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("rank*.json"))]
+        found = _run_one(argv, env, out_dir, workers, progress, options.timeout)
         result = result_from_reports(workers, found, time.monotonic() - start, argv)
         report.results.append(result)
         progress.finish_run(units, f"{result.total:.1f} images/s")
         if on_result is not None:
             on_result(report)
     return report
+
+
+def _reports_dir(out_dir: Path, workers: int) -> Path:
+    return out_dir / "reports" / f"w{workers}"
+
+
+def _launch(
+    options: BenchOptions, launcher: str, workers: int, ctrain: str, bench: list[str]
+) -> list[str]:
+    """The command that starts ``workers`` copies of the benchmark command ``bench``."""
+    return launch_argv(
+        launcher,
+        options.mode,
+        workers,
+        ctrain,
+        bench,
+        options.launcher_args,
+        as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+        forward=["PATH", *(THREAD_VARIABLES if options.threads else ())],
+    )
+
+
+def _run_one(
+    argv: list[str],
+    env: Mapping[str, str],
+    out_dir: Path,
+    workers: int,
+    progress: Progress,
+    timeout: float,
+) -> list[dict[str, object]]:
+    """Run one worker count, logging to out_dir/logs/wN.log; the ranks' reports."""
+    reports_dir = _reports_dir(out_dir, workers)
+    for stale in reports_dir.glob("rank*.json"):
+        stale.unlink()
+    log_path = out_dir / "logs" / f"w{workers}.log"
+    code = _run_logged(argv, env, log_path, progress, timeout)
+    if code != 0:
+        tail = log_path.read_text().strip().splitlines()[-3:]
+        raise ExternalToolError(
+            f"the {workers}-worker run exited {code}: {' | '.join(tail)}", f"see {log_path}"
+        )
+    return [json.loads(p.read_text()) for p in sorted(reports_dir.glob("rank*.json"))]
 
 
 def _run_logged(
@@ -160,34 +182,23 @@ def _run_logged(
         return proc.stream(argv, env, on_line, timeout=timeout)
 
 
-def _replace(path: Path, write: Callable[[Path], object]) -> None:
-    """Write ``path`` through a temporary file in the same directory, then rename it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def write_outputs(report: BenchReport, out_dir: Path) -> dict[str, Path]:
-    """bench.json, bench.md and speedup.png in ``out_dir``."""
+    """bench.json, bench.md and speedup.png in ``out_dir``, each whole or not at all."""
     paths = {
         "json": out_dir / "bench.json",
         "markdown": out_dir / "bench.md",
         "plot": out_dir / "speedup.png",
     }
-    text = json.dumps(report.to_json(), indent=2) + "\n"
-    _replace(paths["json"], lambda p: p.write_text(text))
-    markdown = markdown_report(report)
-    _replace(paths["markdown"], lambda p: p.write_text(markdown))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fs.write_text(paths["json"], json.dumps(report.to_json(), indent=2) + "\n")
+    fs.write_text(paths["markdown"], markdown_report(report))
     rows = report.rows()
     if rows:
         o = report.options
         mode = "/".join(dict.fromkeys(r.mode for r in rows))
         title = f"{o.model}, {mode}, batch {o.batch}/worker, {o.image_size}px ({report.host})"
-        _replace(paths["plot"], lambda p: plot_speedup(rows, p, title))
+        with fs.atomic(paths["plot"]) as temp:
+            plot_speedup(rows, temp, title)
     return paths
 
 

@@ -15,7 +15,7 @@ from ctrain.images import cachedir
 from ctrain.launch.jobenv import GpuEnv
 from ctrain.names import SIF_RUNTIMES
 from ctrain.settings import Resolved
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 
 def plan(
@@ -68,7 +68,7 @@ def _apptainer_cache(
         Path.exists,
     )
     cachedir.ensure_dirs(choice)
-    cachedir.check_free(choice.path, int(str(s["min_free_gb"].value)))
+    fs.check_free(choice.path, int(str(s["min_free_gb"].value)))
     return cachedir.apptainer_env(choice)
 
 

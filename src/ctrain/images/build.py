@@ -4,18 +4,17 @@ checked, then renamed)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.container.spec import SpecError, parse_env_pair
-from ctrain.errors import CtrainError, ExternalToolError
+from ctrain.errors import ExternalToolError
 from ctrain.images import cachedir
-from ctrain.images.pull import check_sif
+from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 
 @dataclass(frozen=True)
@@ -38,28 +37,26 @@ def _args(request: BuildRequest) -> list[str]:
     return out
 
 
-def temp_target(target: Path) -> Path:
-    return target.with_name(f".{target.name}.build-{os.getpid()}")
+def engine_build_argv(request: BuildRequest) -> list[str]:
+    """``docker build`` or ``podman build``: the image goes to the engine's store."""
+    context = request.context or str(Path(request.recipe).parent)
+    return [
+        request.program,
+        "build",
+        "--network",
+        "host",
+        "-f",
+        request.recipe,
+        "-t",
+        request.target,
+        *_args(request),
+        context,
+    ]
 
 
-def build_argv(request: BuildRequest) -> list[str]:
-    """The build command (the SIF goes to ``temp_target``)."""
-    if request.runtime in ENGINE_RUNTIMES:
-        context = request.context or str(Path(request.recipe).parent)
-        return [
-            request.program,
-            "build",
-            "--network",
-            "host",
-            "-f",
-            request.recipe,
-            "-t",
-            request.target,
-            *_args(request),
-            context,
-        ]
+def sif_build_argv(request: BuildRequest, temp: Path) -> list[str]:
+    """``apptainer build`` into ``temp``, renamed to the target once checked."""
     fakeroot = ["--fakeroot"] if request.fakeroot else []
-    temp = temp_target(Path(request.target))
     return [request.program, "build", *fakeroot, *_args(request), str(temp), request.recipe]
 
 
@@ -93,27 +90,24 @@ def build(
     env = dict(environ)
     if cache is not None:
         cachedir.ensure_dirs(cache)
-        cachedir.check_free(cache.path, min_free_gb)
+        fs.check_free(cache.path, min_free_gb)
         env.update(cachedir.apptainer_env(cache))
-    if request.runtime not in ENGINE_RUNTIMES:
-        cachedir.check_free(Path(request.target).parent, min_free_gb)
-    argv = build_argv(request)
-    temp = temp_target(Path(request.target))
-    try:
-        code = proc.stream(argv, env, lambda line: print(line, end="", file=sys.stderr))
-        if code != 0:
-            raise ExternalToolError(
-                f"{request.runtime} build exited {code}", "read the build output above"
-            )
-        if request.runtime in ENGINE_RUNTIMES:
-            return
+    if request.runtime in ENGINE_RUNTIMES:
+        _run(engine_build_argv(request), env, request.runtime)
+        return
+    target = Path(request.target)
+    fs.check_free(target.parent, min_free_gb)
+    with fs.atomic(target, fs.temp_beside(target, "build")) as temp:
+        _run(sif_build_argv(request, temp), env, request.runtime)
         problem = check_sif(temp)
         if problem is not None:
             raise ExternalToolError(f"the built image is not usable: {problem}", "build it again")
-        os.replace(temp, request.target)
-    except (CtrainError, KeyboardInterrupt):
-        temp.unlink(missing_ok=True)
-        raise
+
+
+def _run(argv: list[str], env: Mapping[str, str], runtime: str) -> None:
+    code = proc.stream(argv, env, lambda line: print(line, end="", file=sys.stderr))
+    if code != 0:
+        raise ExternalToolError(f"{runtime} build exited {code}", "read the build output above")
 
 
 def default_target(recipe: str, runtime: str) -> str:

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ctrain.errors import ConfigError
-from ctrain.images import pull
+from ctrain.images import sif
 from ctrain.images.cachedir import CacheChoice
-from ctrain.images.overlay import human
 from ctrain.util import locks
+from ctrain.util.fs import human
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+)\s*([smhdw])\Z")
@@ -94,13 +94,13 @@ def top_entries(root: Path) -> list[Entry]:
     return sorted(entries, key=lambda e: (-e.size, e.name))
 
 
-def sidecars(root: Path) -> list[tuple[Path, pull.Sidecar]]:
+def sidecars(root: Path) -> list[tuple[Path, sif.Sidecar]]:
     """Records of pulled images: ``images/*.json`` and ``docker/*.json``."""
     found = []
-    for sub in (pull.IMAGES_DIR, pull.ENGINE_DIR):
+    for sub in (sif.IMAGES_DIR, sif.ENGINE_DIR):
         with contextlib.suppress(OSError):
             for path in sorted((root / sub).glob("*.json")):
-                sidecar = pull.read_sidecar(path)
+                sidecar = sif.read_sidecar(path)
                 if sidecar is not None:
                     found.append((path, sidecar))
     return found
@@ -114,7 +114,7 @@ def info(choice: CacheChoice) -> dict[str, Any]:
     pulled = []
     for path, sidecar in sidecars(root):
         image = path.with_name(path.name[: -len(".json")])
-        is_sif = path.parent.name == pull.IMAGES_DIR
+        is_sif = path.parent.name == sif.IMAGES_DIR
         pulled.append(
             {
                 **{k: v for k, v in vars(sidecar).items() if v is not None},
@@ -224,11 +224,11 @@ def plan_clean(root: Path, cutoff: float) -> CleanPlan:
             continue
         group = [path]
         size = info.st_blocks * 512
-        sidecar = pull.sidecar_of(path)
+        sidecar = sif.sidecar_of(path)
         if sidecar in present:
             group.append(sidecar)
             size += disk_usage(sidecar)
-        if locks.is_held(pull.lock_of(_pull_target(path))):
+        if locks.is_held(sif.lock_of(_pull_target(path))):
             plan.skipped.append((path, "a pull holds its lock"))
             continue
         note = "and its sidecar" if len(group) > 1 else ""

@@ -1,13 +1,12 @@
 """Where Apptainer keeps its image cache and temporary files: never $HOME unless asked.
 
 ``resolve_cache_dir`` is a pure decision over the environment passed in and an injected
-``exists``; ``ensure_dirs``, ``free_bytes`` and ``check_free`` are the small functions that touch
-the filesystem.
+``exists``; ``ensure_dirs`` is the small function that touches the filesystem (free space:
+``ctrain.util.fs``).
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ SCRATCH_ENVS = ("SCRATCH", "WORK")
 HOME_DEFAULT = Path(".apptainer") / "cache"
 """Apptainer's own default, relative to $HOME: only with --allow-home-cache."""
 NO_CACHE_FIX = "set CTRAIN_CACHE_DIR to a directory on scratch, or pass --allow-home-cache"
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -136,29 +134,3 @@ def ensure_dirs(choice: CacheChoice) -> None:
                 raise ConfigError(f"{path} exists and is not a directory", NO_CACHE_FIX) from None
         except OSError as exc:
             raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
-
-
-def nearest_existing(path: Path) -> Path:
-    """``path`` itself, or the closest of its parents that exists (the filesystem it will be on)."""
-    current = path.absolute()
-    while not current.exists() and current != current.parent:
-        current = current.parent
-    return current
-
-
-def free_bytes(path: Path) -> int:
-    """Free bytes on the filesystem that holds (or will hold) ``path``."""
-    return shutil.disk_usage(nearest_existing(path)).free
-
-
-def check_free(path: Path, min_gb: int) -> int:
-    """Free bytes at ``path``; a ConfigError naming the directory when under ``min_gb`` GiB."""
-    free = free_bytes(path)
-    if free < min_gb * GIB:
-        raise ConfigError(
-            f"only {free / GIB:.1f} GiB free for {path} (on {nearest_existing(path)}), "
-            f"{min_gb} GiB needed",
-            "free some space, or set CTRAIN_CACHE_DIR to a directory with more room "
-            "(CTRAIN_MIN_FREE_GB sets the threshold)",
-        )
-    return free

@@ -14,14 +14,12 @@ survives ``ctrain exec``'s exec, so the lock is held exactly as long as the cont
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
 import math
 import os
 import re
-import secrets
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,8 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.images import cachedir, pull
-from ctrain.util import locks, proc
+from ctrain.images import cachedir
+from ctrain.util import fs, locks, proc
 
 MIB = 1024**2
 MIN_SIZE = 64 * MIB
@@ -39,6 +37,9 @@ MIN_INODES = 64
 INODE_BYTES = 256  # mke2fs's default inode size: the inode tables must fit in half the image
 SBIN = ("/usr/sbin", "/sbin")  # where Debian and RHEL keep mkfs.ext3, often off a user's PATH
 MKFS_TIMEOUT = 900.0
+MKFS_FIX = "check the directory and the options"
+MKFS_OLD_FIX = "install e2fsprogs 1.43 or newer (mkfs.ext3 -d), or use apptainer overlay create"
+TEMP_TAG = "create"  # overlays are built as .<name>.create-<token>
 SIZE_FIX = "write it like 15G, 512M or 1T (binary units; a bare number is MiB)"
 
 _UNITS = {"": MIB, "k": 1024, "m": MIB, "g": 1024**3, "t": 1024**4}
@@ -79,15 +80,6 @@ def parse_inodes(text: str) -> int:
 
 def max_inodes(size: int) -> int:
     return size // 2 // INODE_BYTES
-
-
-def human(size: float) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +148,7 @@ def plan_create(
     inodes = None if inodes_text is None else parse_inodes(inodes_text)
     if inodes is not None and inodes > max_inodes(size):
         raise ConfigError(
-            f"--inodes {inodes_text} does not fit in {human(size)} (at most {max_inodes(size)})",
+            f"--inodes {inodes_text} does not fit in {fs.human(size)} (at most {max_inodes(size)})",
             "give a larger --size or fewer --inodes",
         )
     if path.exists() or path.is_symlink():
@@ -168,9 +160,9 @@ def plan_create(
         raise ConfigError(
             f"directory {path.parent} does not exist", f"create it first (mkdir -p {path.parent})"
         )
-    if not sparse and cachedir.free_bytes(path.parent) < size:
+    if not sparse and fs.free_bytes(path.parent) < size:
         raise ConfigError(
-            f"not enough free space in {path.parent} for {human(size)}",
+            f"not enough free space in {path.parent} for {fs.human(size)}",
             "free some space, choose a smaller --size, or add --sparse",
         )
     apptainer = which("apptainer") if inodes is None else None
@@ -205,46 +197,29 @@ def _mkfs(plan: CreatePlan, image: Path, uid: int, gid: int, environ: Mapping[st
     _allocate(image, plan.size, plan.sparse)
     with tempfile.TemporaryDirectory(prefix="ctrain-overlay-") as stage:
         _stage(Path(stage), uid, gid)
-        done = proc.run(
-            mkfs_argv(plan.program, image, Path(stage), plan.inodes, uid, gid, plan.sparse),
-            environ,
-            MKFS_TIMEOUT,
-        )
-    if done.returncode != 0:
-        detail = _last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
-        fix = "check the directory and the options"
-        if "invalid option" in detail or "root_owner" in detail:
-            fix = "install e2fsprogs 1.43 or newer (mkfs.ext3 -d), or use apptainer overlay create"
-        raise ExternalToolError(f"mkfs.ext3 failed: {detail}", fix)
+        argv = mkfs_argv(plan.program, image, Path(stage), plan.inodes, uid, gid, plan.sparse)
+        try:
+            proc.check(argv, environ, MKFS_TIMEOUT, what="mkfs.ext3", fix=MKFS_FIX)
+        except ExternalToolError as exc:
+            if "invalid option" in exc.message or "root_owner" in exc.message:
+                raise ExternalToolError(exc.message, MKFS_OLD_FIX) from exc
+            raise
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def _place(temp: Path, path: Path) -> None:
-    """Move ``temp`` to ``path`` unless ``path`` exists (a link fails where a rename replaces)."""
-    try:
-        os.link(temp, path)
-    except FileExistsError:
-        raise ConfigError(
-            f"{path} appeared while the overlay was built", "choose another path"
-        ) from None
-    except OSError:  # no hard links on this filesystem
-        if path.exists() or path.is_symlink():
-            raise ConfigError(
-                f"{path} appeared while the overlay was built", "choose another path"
-            ) from None
-        os.rename(temp, path)
-    pull.fsync_dir(path.parent)
+def _apptainer_create(plan: CreatePlan, image: Path, environ: Mapping[str, str]) -> None:
+    argv = apptainer_create_argv(plan.program, image, plan.size, plan.sparse)
+    fix = "run it by hand: " + " ".join(argv[:-1] + [str(plan.path)])
+    proc.check(argv, environ, MKFS_TIMEOUT, what="apptainer overlay create", fix=fix)
+    if not image.is_file():
+        raise ExternalToolError("apptainer overlay create made no image file", fix)
 
 
 def create(plan: CreatePlan, uid: int, gid: int, environ: Mapping[str, str]) -> None:
     """Build the overlay ``plan`` describes; on any failure nothing is left at ``plan.path``.
 
     Creates in one directory take turns on ``flock`` of the directory itself (no lock file is
-    left behind); under it, leftovers of killed creates of the same PATH are removed."""
+    left behind); under it, leftovers of killed creates of the same PATH are removed. The image
+    is linked into place, never renamed over: an existing PATH is never replaced."""
     try:
         fd = os.open(plan.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
@@ -253,42 +228,22 @@ def create(plan: CreatePlan, uid: int, gid: int, environ: Mapping[str, str]) -> 
         fcntl.flock(fd, fcntl.LOCK_EX)
         if plan.path.exists() or plan.path.is_symlink():
             raise ConfigError(f"{plan.path} already exists", "choose a new path")
-        prefix = f".{plan.path.name}.create-"
-        for old in plan.path.parent.glob(glob_escape(prefix) + "*"):
-            with contextlib.suppress(OSError):
-                old.unlink()
-        temp = plan.path.with_name(f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
-        try:
+        fs.remove_leftovers(plan.path.parent, fs.temp_prefix(plan.path, TEMP_TAG))
+        temp = fs.temp_beside(plan.path, TEMP_TAG)
+        with fs.atomic(plan.path, temp, replace=False):
             if plan.method == "apptainer":
-                argv = apptainer_create_argv(plan.program, temp, plan.size, plan.sparse)
-                done = proc.run(argv, environ, MKFS_TIMEOUT)
-                if done.returncode != 0 or not temp.is_file():
-                    detail = _last_line(done.stderr or done.stdout) or f"exit {done.returncode}"
-                    raise ExternalToolError(
-                        f"apptainer overlay create failed: {detail}",
-                        "run it by hand: " + " ".join(argv[:-1] + [str(plan.path)]),
-                    )
+                _apptainer_create(plan, temp, environ)
             else:
                 _mkfs(plan, temp, uid, gid, environ)
-            pull.fsync_file(temp)
-            _place(temp, plan.path)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise ConfigError(
-                    f"no space left in {plan.path.parent} for {human(plan.size)}",
-                    "free some space, choose a smaller --size, or add --sparse",
-                ) from exc
-            raise ConfigError(
-                f"cannot create {plan.path}: {exc.strerror}", "check the directory"
-            ) from exc
-        finally:
-            temp.unlink(missing_ok=True)
+    except FileExistsError:
+        raise ConfigError(
+            f"{plan.path} appeared while the overlay was built", "choose another path"
+        ) from None
+    except OSError as exc:
+        fix = "free some space, choose a smaller --size, or add --sparse"
+        raise fs.write_error(exc, plan.path, fix) from exc
     finally:
         os.close(fd)
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,4 +323,4 @@ def describe_overlay(plan: CreatePlan) -> str:
     how = "apptainer overlay create" if plan.method == "apptainer" else "mkfs.ext3"
     inodes = f", {plan.inodes} inodes" if plan.inodes is not None else ""
     sparse = ", sparse" if plan.sparse else ""
-    return f"{plan.path}: {human(plan.size)} ext3 overlay{sparse}{inodes} ({how})"
+    return f"{plan.path}: {fs.human(plan.size)} ext3 overlay{sparse}{inodes} ({how})"

@@ -1,11 +1,11 @@
-"""``ctrain pull``: targets, sidecar records, locks and the atomic rename.
+"""``ctrain pull``: check the reference, plan where the image goes, pull it under a lock.
 
 A SIF pull (apptainer, singularity) downloads to ``.<name>.pull-<token>`` next to the target,
-checks the SIF header and ``<runtime> inspect``, then renames over the target: the target never
-holds a partial file, and a pull killed at any moment leaves the previous one intact. The next
-pull of the same target removes such leftovers. A sidecar ``<target>.json`` records the reference,
-the digest when known, the time and ctrain's version; a target whose sidecar names the same
-reference and whose file is whole is reused without a download.
+checks the SIF header and ``<runtime> inspect``, then renames over the target (``util.fs``): the
+target never holds a partial file, and a pull killed at any moment leaves the previous one
+intact. The next pull of the same target removes such leftovers. Whether a target is reused,
+pulled again or refused, and the sidecar record written beside it, are ``images.sif``'s; what
+docker's output says is ``images.engine``'s.
 
 A Docker (or Podman) pull is ``docker pull REF`` and ``docker image inspect REF``; the image lives
 in the engine's store, the sidecar in ``CACHE/docker/``.
@@ -13,32 +13,49 @@ in the engine's store, the sidecar in ``CACHE/docker/``.
 Concurrent pulls of one target serialise on ``flock(<target>.lock)``: the first downloads, the
 others wait, then find the target up to date and reuse it.
 
-Pure: reference checks, names, argv builders, the SIF header check, sidecars, the reuse decision.
-Effectful: ``hold_lock``, ``pull`` (processes through ``ctrain.util.proc`` only).
+Pure: reference checks, names, argv builders, parsers of docker's output, the plan.
+Effectful: ``pull`` (processes through ``ctrain.util.proc`` only).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import errno
 import hashlib
-import json
 import os
 import re
-import secrets
 import signal
-import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Literal
 
-from ctrain import __version__
 from ctrain.errors import ConfigError, CtrainError, ExternalToolError
 from ctrain.images import cachedir
+from ctrain.images.engine import (
+    EngineImage,
+    digest_in_ref,
+    engine_inspect_argv,
+    engine_pull_argv,
+    engine_pull_status,
+    parse_engine_inspect,
+    pulled_digest,
+)
+from ctrain.images.sif import (
+    ENGINE_DIR,
+    IMAGES_DIR,
+    Action,
+    Sidecar,
+    check_sif,
+    decide,
+    lock_of,
+    new_sidecar,
+    read_sidecar,
+    sidecar_of,
+    sif_inspect_argv,
+    sif_pull_argv,
+    target_state,
+)
 from ctrain.names import (
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
@@ -47,22 +64,12 @@ from ctrain.names import (
     is_remote,
     schemes,
 )
-from ctrain.util import locks, proc
+from ctrain.util import fs, locks, proc
 
-IMAGES_DIR = "images"  # pulled SIF files in the cache
-ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
+TEMP_TAG = "pull"  # temporary files are .<name>.pull-<token>
 
-# The SIF global header (sylabs/sif, pkg/sif): a 32-byte launch line, "SIF_MAGIC\0" at byte 32,
-# a 3-byte version, a 3-byte arch, a 16-byte UUID, then 8 little-endian int64: created, modified,
-# descriptors free, descriptors total, descriptors offset, descriptors size, data offset, data
-# size. 128 bytes in all.
-SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
-SIF_MAGIC = b"SIF_MAGIC\x00"
-SIF_MAGIC_OFFSET = 32
-
-_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})\Z")
 _ENGINE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -114,12 +121,6 @@ def check_ref(ref: str, runtime: str) -> str:
     return text
 
 
-def digest_in_ref(ref: str) -> str | None:
-    """``sha256:...`` when the reference is pinned by digest (``...@sha256:<64 hex>``)."""
-    found = _DIGEST.search(ref)
-    return found.group(1) if found else None
-
-
 def safe_name(ref: str) -> str:
     """A file name for ``ref``: scheme and path joined by ``_``, long names shortened by hash."""
     scheme, sep, rest = ref.partition("://")
@@ -133,238 +134,6 @@ def image_filename(ref: str) -> str:
     """``docker://ghcr.io/ctrain/ctrain:0.1.0-gpu`` ->
     ``docker_ghcr.io_ctrain_ctrain_0.1.0-gpu.sif``."""
     return safe_name(ref) + ".sif"
-
-
-def sidecar_of(target: Path) -> Path:
-    return target.with_name(target.name + ".json")
-
-
-def lock_of(target: Path) -> Path:
-    return target.with_name(target.name + ".lock")
-
-
-def temp_prefix(target: Path) -> str:
-    """Temporary files of pulls into ``target`` are ``<dir>/.<name>.pull-<token>``."""
-    return f".{target.name}.pull-"
-
-
-def temp_for(target: Path, token: str) -> Path:
-    return target.with_name(temp_prefix(target) + token)
-
-
-# ---------------------------------------------------------------------------------------------
-# argv builders
-
-
-def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
-    return [program, "pull", *(["--force"] if force else []), str(temp), ref]
-
-
-def sif_inspect_argv(program: str, path: Path) -> list[str]:
-    return [program, "inspect", str(path)]
-
-
-def engine_pull_argv(program: str, ref: str) -> list[str]:
-    return [program, "pull", ref]
-
-
-def engine_inspect_argv(program: str, ref: str) -> list[str]:
-    return [program, "image", "inspect", ref]
-
-
-# ---------------------------------------------------------------------------------------------
-# Checks and parsers
-
-
-def sif_problem(header: bytes, file_size: int) -> str | None:
-    """Why these first bytes of a ``file_size``-byte file are not a whole SIF image, or None."""
-    if len(header) < SIF_HEADER.size:
-        return f"{file_size} bytes, shorter than a SIF header ({SIF_HEADER.size} bytes)"
-    (_, magic, version, _, _, _, _, free, total, desc_off, desc_len, data_off, data_len) = (
-        SIF_HEADER.unpack_from(header)
-    )
-    if magic != SIF_MAGIC:
-        return f"no SIF_MAGIC at byte {SIF_MAGIC_OFFSET}: not a SIF image"
-    if not version.rstrip(b"\x00").isdigit():
-        return f"unreadable SIF version {version!r}"
-    if min(free, total, desc_len, data_off, data_len) < 0 or desc_off < SIF_HEADER.size:
-        return "malformed SIF header"
-    end = max(desc_off + desc_len, data_off + data_len)
-    if end > file_size:
-        return f"truncated: its header describes {end} bytes, the file has {file_size}"
-    return None
-
-
-def check_sif(path: Path) -> str | None:
-    """``sif_problem`` for a file on disk (an unreadable file is a problem too)."""
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(SIF_HEADER.size)
-            size = os.fstat(handle.fileno()).st_size
-    except OSError as exc:
-        return f"cannot read it ({exc.strerror})"
-    return sif_problem(header, size)
-
-
-@dataclass(frozen=True)
-class EngineImage:
-    id: str
-    repo_digests: tuple[str, ...]
-
-
-def parse_engine_inspect(stdout: str) -> EngineImage:
-    """The image id and repo digests from ``docker image inspect REF`` (a JSON list)."""
-    data = json.loads(stdout)
-    item = data[0] if isinstance(data, list) and data else data
-    if not isinstance(item, dict) or not isinstance(item.get("Id"), str):
-        raise ValueError("no image Id in the inspect output")
-    digests = item.get("RepoDigests") or []
-    return EngineImage(item["Id"], tuple(d for d in digests if isinstance(d, str)))
-
-
-def repository_of(ref: str) -> str:
-    """``host:5000/a/b:tag@sha256:..`` -> ``host:5000/a/b``."""
-    name = ref.split("@", 1)[0]
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    return name[:colon] if colon > slash else name
-
-
-def pick_digest(ref: str, repo_digests: Sequence[str]) -> str | None:
-    """The ``sha256:...`` of ``ref``'s repository among an image's RepoDigests."""
-    wanted = repository_of(ref)
-    pairs = [d.split("@", 1) for d in repo_digests if "@" in d]
-    for repo, digest in pairs:
-        if repo == wanted or repo.endswith("/" + wanted) or wanted.endswith("/" + repo):
-            return digest
-    return pairs[0][1] if len(pairs) == 1 else digest_in_ref(ref)
-
-
-PullStatus = Literal["downloaded", "up to date", "unknown"]
-
-
-def engine_pull_status(stdout: str) -> PullStatus:
-    """What ``docker pull`` says it did, from its ``Status:`` line."""
-    if re.search(r"^Status: Image is up to date", stdout, re.MULTILINE):
-        return "up to date"
-    if re.search(r"^Status: Downloaded newer image", stdout, re.MULTILINE):
-        return "downloaded"
-    return "unknown"
-
-
-# ---------------------------------------------------------------------------------------------
-# Sidecars
-
-
-@dataclass(frozen=True)
-class Sidecar:
-    ref: str
-    runtime: str
-    pulled_at: str  # ISO 8601, UTC
-    ctrain_version: str
-    digest: str | None = None
-    size: int | None = None  # bytes of the SIF file
-    image_id: str | None = None  # docker/podman image id
-    target: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def parse(cls, text: str) -> Sidecar | None:
-        """The sidecar in ``text``, or None when it is not one (never raises)."""
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for name in ("ref", "runtime", "pulled_at", "ctrain_version"):
-            if not isinstance(values.get(name), str):
-                return None
-        for name in ("digest", "image_id", "target"):
-            if values.get(name) is not None and not isinstance(values[name], str):
-                return None
-        size = values.get("size")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-            return None
-        return cls(**values)
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def read_sidecar(path: Path) -> Sidecar | None:
-    try:
-        return Sidecar.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with temp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-# ---------------------------------------------------------------------------------------------
-# The reuse decision
-
-
-Action = Literal["reuse", "pull", "refuse"]
-
-
-@dataclass(frozen=True)
-class TargetState:
-    exists: bool
-    size: int | None = None
-    problem: str | None = None  # from check_sif
-
-
-def decide(
-    sidecar: Sidecar | None, ref: str, state: TargetState, owned: bool, force: bool
-) -> tuple[Action, str]:
-    """Reuse, pull or refuse a SIF target, and why.
-
-    ``owned``: the target is in ctrain's cache (a file there without a sidecar is ctrain's own
-    leftover). Outside the cache ctrain replaces only what it pulled itself, unless ``force``."""
-    if not state.exists:
-        return "pull", "not present"
-    if sidecar is None and not owned and not force:
-        return "refuse", "exists and was not pulled by ctrain (no sidecar)"
-    if sidecar is not None and sidecar.ref != ref and not owned and not force:
-        return "refuse", f"holds {sidecar.ref}, not {ref}"
-    if force:
-        return "pull", "--force"
-    if sidecar is None:
-        return "pull", "no sidecar"
-    if sidecar.ref != ref:
-        return "pull", f"holds {sidecar.ref}"
-    if state.problem:
-        return "pull", f"damaged ({state.problem})"
-    if sidecar.size is not None and state.size != sidecar.size:
-        return "pull", f"changed since the pull ({state.size} bytes, {sidecar.size} recorded)"
-    return "reuse", "up to date"
 
 
 class Interrupted(CtrainError):
@@ -470,43 +239,6 @@ def plan_pull(
     )
 
 
-def remove_stale_temps(target: Path) -> list[Path]:
-    """Remove what killed pulls into ``target`` left behind. Call with the target's lock held:
-    then no live pull owns any of them."""
-    removed = []
-    prefix = temp_prefix(target)
-    with contextlib.suppress(FileNotFoundError):
-        for entry in target.parent.iterdir():
-            if entry.name.startswith(prefix) and not entry.is_dir():
-                with contextlib.suppress(FileNotFoundError):
-                    entry.unlink()
-                    removed.append(entry)
-    return removed
-
-
-def _state(target: Path) -> TargetState:
-    try:
-        size = target.stat().st_size
-    except FileNotFoundError:
-        return TargetState(False)
-    if not target.is_file():
-        raise ConfigError(f"{target} exists and is not a file", "choose another -o")
-    return TargetState(True, size, check_sif(target))
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def pull(
     plan: PullPlan,
     cache: cachedir.CacheChoice,
@@ -527,82 +259,71 @@ def pull(
     with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
         if plan.target is None:
             return _pull_engine(plan, environ, say)
-        return _pull_sif(plan, plan.target, cache, environ, min_free_gb, say)
+        target = plan.target
+        for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
+            say(f"removed {leftover.name}, left by an interrupted pull")
+        sidecar, action, reason = _decide_sif(plan, target)
+        if action == "reuse" and sidecar is not None:
+            return PullResult(str(target), False, sidecar, reason)
+        fs.check_free(target.parent, min_free_gb)
+        fs.check_free(cache.tmp, min_free_gb)
+        say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
+        return _pull_sif(plan, target, {**environ, **cachedir.apptainer_env(cache)}, reason)
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
     sidecar = read_sidecar(plan.record)
-    action, reason = decide(sidecar, plan.ref, _state(target), plan.owned, plan.force)
+    action, reason = decide(sidecar, plan.ref, target_state(target), plan.owned, plan.force)
     if action == "refuse":
         raise ConfigError(f"{target} {reason}", "pass --force to replace it, or choose another -o")
     return sidecar, action, reason
 
 
-def _pull_sif(
-    plan: PullPlan,
-    target: Path,
-    cache: cachedir.CacheChoice,
-    environ: Mapping[str, str],
-    min_free_gb: int,
-    say: Callable[[str], None],
-) -> PullResult:
-    for leftover in remove_stale_temps(target):
-        say(f"removed {leftover.name}, left by an interrupted pull")
-    sidecar, action, reason = _decide_sif(plan, target)
-    if action == "reuse" and sidecar is not None:
-        return PullResult(str(target), False, sidecar, reason)
-    cachedir.check_free(target.parent, min_free_gb)
-    cachedir.check_free(cache.tmp, min_free_gb)
-    env = {**environ, **cachedir.apptainer_env(cache)}
-    temp = temp_for(target, f"{os.getpid()}-{secrets.token_hex(4)}")
-    say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
+def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str) -> PullResult:
+    """Download into a temporary file, check it, rename it over ``target``, then record it."""
     try:
-        done = proc.run(sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, PULL_TIMEOUT)
-        if done.returncode != 0:
-            detail = _last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
-            raise ExternalToolError(
-                f"{plan.runtime} pull {plan.ref} failed: {detail}",
-                "check the reference, the network and the registry login; "
-                "the previous image is untouched",
-            )
-        problem = check_sif(temp)
-        if problem:
-            raise ExternalToolError(
-                f"{plan.runtime} pull wrote no valid SIF image for {plan.ref}: {problem}",
-                f"run the pull again; if it keeps failing, run `{plan.runtime} pull` by hand",
-            )
-        inspect = proc.run(sif_inspect_argv(plan.program, temp), env, INSPECT_TIMEOUT)
-        if inspect.returncode != 0:
-            detail = _last_line(inspect.stderr or inspect.stdout) or f"exit {inspect.returncode}"
-            raise ExternalToolError(
-                f"{plan.runtime} inspect rejects the pulled image: {detail}",
-                "run the pull again; the previous image is untouched",
-            )
-        fsync_file(temp)
-        new = Sidecar(
-            ref=plan.ref,
-            runtime=plan.runtime,
-            pulled_at=now_iso(),
-            ctrain_version=__version__,
-            digest=digest_in_ref(plan.ref),
-            size=temp.stat().st_size,
+        with fs.atomic(target, fs.temp_beside(target, TEMP_TAG)) as temp:
+            size = _download_sif(plan, temp, env)
+            # Old sidecar out first: a crash between the steps leaves no sidecar (pull again),
+            # never a sidecar that describes a different file.
+            plan.record.unlink(missing_ok=True)
+        new = new_sidecar(
+            plan.ref,
+            plan.runtime,
+            digest_in_ref(plan.ref),
+            size=size,
             target=str(target.absolute()),
         )
-        # Old sidecar out first: a crash between the steps leaves no sidecar (pull again),
-        # never a sidecar that describes a different file.
-        plan.record.unlink(missing_ok=True)
-        os.replace(temp, target)
-        fsync_dir(target.parent)
-        write_atomic(plan.record, new.to_json())
+        fs.write_text(plan.record, new.to_json())
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            raise ConfigError(
-                f"no space left in {target.parent}", "free some space, or pull elsewhere with -o"
-            ) from exc
-        raise ConfigError(f"cannot write {target}: {exc.strerror}", "check the directory") from exc
-    finally:
-        temp.unlink(missing_ok=True)
+        raise fs.write_error(exc, target, "free some space, or pull elsewhere with -o") from exc
     return PullResult(str(target), True, new, reason)
+
+
+def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
+    """Pull into ``temp`` and check the result; its size in bytes."""
+    untouched = "the previous image is untouched"
+    proc.check(
+        sif_pull_argv(plan.program, temp, plan.ref, plan.force),
+        env,
+        PULL_TIMEOUT,
+        what=f"{plan.runtime} pull {plan.ref}",
+        fix=f"check the reference, the network and the registry login; {untouched}",
+    )
+    problem = check_sif(temp)
+    if problem:
+        raise ExternalToolError(
+            f"{plan.runtime} pull wrote no valid SIF image for {plan.ref}: {problem}",
+            f"run the pull again; if it keeps failing, run `{plan.runtime} pull` by hand",
+        )
+    proc.check(
+        sif_inspect_argv(plan.program, temp),
+        env,
+        INSPECT_TIMEOUT,
+        what=f"{plan.runtime} inspect of the pulled image",
+        fix=f"run the pull again; {untouched}",
+    )
+    return temp.stat().st_size
 
 
 def _engine_image(plan: PullPlan, environ: Mapping[str, str]) -> EngineImage | None:
@@ -629,29 +350,21 @@ def _pull_engine(
     ):
         return PullResult(plan.ref, False, sidecar, "up to date")
     say(f"pulling {plan.ref} with {plan.runtime}")
-    done = proc.run(engine_pull_argv(plan.program, plan.ref), environ, PULL_TIMEOUT)
-    if done.returncode != 0:
-        detail = _last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
-        raise ExternalToolError(
-            f"{plan.runtime} pull {plan.ref} failed: {detail}",
-            f"check the reference, the registry and `{plan.runtime} login`",
-        )
+    stdout = proc.check(
+        engine_pull_argv(plan.program, plan.ref),
+        environ,
+        PULL_TIMEOUT,
+        what=f"{plan.runtime} pull {plan.ref}",
+        fix=f"check the reference, the registry and `{plan.runtime} login`",
+    )
     image = _engine_image(plan, environ)
     if image is None:
         raise ExternalToolError(
             f"{plan.runtime} pulled {plan.ref} but `{plan.runtime} image inspect` cannot see it",
             f"run {plan.runtime} image inspect {plan.ref} by hand",
         )
-    digest_line = re.search(r"^Digest: (sha256:[0-9a-f]{64})", done.stdout, re.MULTILINE)
-    new = Sidecar(
-        ref=plan.ref,
-        runtime=plan.runtime,
-        pulled_at=now_iso(),
-        ctrain_version=__version__,
-        digest=pick_digest(plan.ref, image.repo_digests)
-        or (digest_line.group(1) if digest_line else None),
-        image_id=image.id,
-    )
-    write_atomic(plan.record, new.to_json())
-    status = engine_pull_status(done.stdout)
+    digest = pulled_digest(plan.ref, image, stdout)
+    new = new_sidecar(plan.ref, plan.runtime, digest, image_id=image.id)
+    fs.write_text(plan.record, new.to_json())
+    status = engine_pull_status(stdout)
     return PullResult(plan.ref, status != "up to date", new, f"{plan.runtime} pull: {status}")

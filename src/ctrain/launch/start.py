@@ -7,32 +7,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from ctrain.errors import LaunchError
+from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.names import Mode
 from ctrain.util import proc
-
-
-def parse_nvidia_smi(listing: str) -> tuple[str, ...]:
-    """GPU indices from ``nvidia-smi -L`` ("GPU 0: NVIDIA A100 (UUID: GPU-...)")."""
-    return tuple(m.group(1) for m in re.finditer(r"^GPU (\d+):", listing, re.MULTILINE))
-
-
-def visible_gpus(job: JobEnv, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The GPUs this process can see: from the environment, else asked of nvidia-smi."""
-    if job.gpus.visible is not None:
-        return job.gpus.visible
-    if proc.which("nvidia-smi", environ) is None:
-        return ()
-    done = proc.run(["nvidia-smi", "-L"], environ, timeout=30)
-    return parse_nvidia_smi(done.stdout) if done.returncode == 0 else ()
 
 
 def _check_horovod() -> None:

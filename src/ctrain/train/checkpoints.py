@@ -32,6 +32,7 @@ from typing import Any
 from ctrain import __version__
 from ctrain.errors import CtrainError
 from ctrain.names import ENV_LAUNCH_MODE, ENV_WORLD_SIZE
+from ctrain.util import fs
 
 #: The exit code with which training asks its job script to requeue the job (EX_TEMPFAIL).
 REQUEUE_EXIT_CODE = 75
@@ -154,15 +155,6 @@ def checkpoint_name(epoch: int, step: int) -> str:
     return f"ckpt-e{epoch:06d}-s{step:09d}"
 
 
-def _fsync(path: Path) -> None:
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _files(directory: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -219,12 +211,6 @@ def check(found: Found, expected: Fingerprint) -> None:
     )
 
 
-def _remove_stale(directory: Path, keep_names: set[str]) -> None:
-    for path in directory.iterdir():
-        if path.name.startswith(TMP_PREFIX) and path.name not in keep_names:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def write(
     directory: str | os.PathLike[str],
     epoch: int,
@@ -236,33 +222,24 @@ def write(
 ) -> Path:
     """Write a checkpoint atomically and return its directory.
 
-    ``write_state(prefix)`` writes the training state to files named ``prefix*``. Every file is
-    flushed, the manifest written last, then the temporary directory renamed into place and
-    older checkpoints beyond the newest ``keep`` removed.
+    ``write_state(prefix)`` writes the training state to files named ``prefix*``. The manifest
+    is written last, every file flushed, then the temporary directory renamed into place
+    (``util.fs.atomic``) and older checkpoints beyond the newest ``keep`` removed.
     """
     if keep < 1:
         raise CheckpointError(f"keep={keep} would delete every checkpoint", "keep at least 1")
     base = Path(directory)
     base.mkdir(parents=True, exist_ok=True)
-    _remove_stale(base, set())
-    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base))
-    try:
+    fs.remove_leftovers(base, TMP_PREFIX)
+    final = base / checkpoint_name(epoch, step)
+    with fs.atomic(final, Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base))) as tmp:
         write_state(tmp / STATE)
         manifest = Manifest(epoch, step, fp, _files(tmp), time.time(), dict(info or {}))
         (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
-        for path in tmp.iterdir():
-            _fsync(path)
-        _fsync(tmp)
-        final = base / checkpoint_name(epoch, step)
         if final.exists():  # the same position written again: move the old one aside first
             aside = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base))
             os.rename(final, aside / final.name)
-        os.rename(tmp, final)
-        _fsync(base)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _remove_stale(base, set())
+    fs.remove_leftovers(base, TMP_PREFIX)
     for old in complete(base)[:-keep]:
         shutil.rmtree(old.path, ignore_errors=True)
     return final

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import threading
@@ -17,6 +18,12 @@ def which(program: str, environ: Mapping[str, str] | None = None) -> str | None:
     """Full path of ``program`` on ``PATH`` (of ``environ`` when given), or None."""
     path = None if environ is None else environ.get("PATH", os.defpath)
     return shutil.which(program, path=path)
+
+
+def _not_found(program: str, exc: OSError) -> ExternalToolError:
+    return ExternalToolError(
+        f"{program} not found", f"install it or put it on PATH ({exc.strerror})"
+    )
 
 
 def run(
@@ -35,22 +42,40 @@ def run(
             check=False,
         )
     except FileNotFoundError as exc:
-        raise ExternalToolError(
-            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
-        ) from exc
+        raise _not_found(argv[0], exc) from exc
     except subprocess.TimeoutExpired as exc:
         raise ExternalToolError(
             f"{' '.join(argv)} did not finish within {timeout} s", "check that it is not hanging"
         ) from exc
 
 
-def check(argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 60) -> str:
-    """Run ``argv`` and return its stdout; a non-zero exit is an error carrying its stderr."""
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped ("" when there is none)."""
+    return ([line.strip() for line in text.splitlines() if line.strip()] or [""])[-1]
+
+
+def failure(done: subprocess.CompletedProcess[str]) -> str:
+    """What a failed run said last (stderr, else stdout), or its exit code."""
+    return last_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
+
+
+def check(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 60,
+    *,
+    what: str = "",
+    fix: str = "",
+) -> str:
+    """Run ``argv`` and return its stdout. A non-zero exit is an ExternalToolError
+    ``<what> failed: <its last line>`` (``what`` defaults to the program) with ``fix``
+    (default: run it by hand)."""
     done = run(argv, env, timeout)
     if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
-        last = detail[-1] if detail else f"exit code {done.returncode}"
-        raise ExternalToolError(f"{argv[0]} failed: {last}", f"run it by hand: {' '.join(argv)}")
+        raise ExternalToolError(
+            f"{what or argv[0]} failed: {failure(done)}",
+            fix or f"run it by hand: {shlex.join(argv)}",
+        )
     return done.stdout
 
 
@@ -89,9 +114,7 @@ def stream(
             bufsize=1,
         )
     except FileNotFoundError as exc:
-        raise ExternalToolError(
-            f"{argv[0]} not found", f"install it or put it on PATH ({exc.strerror})"
-        ) from exc
+        raise _not_found(argv[0], exc) from exc
     expired = threading.Event()
 
     def stop() -> None:

@@ -1,0 +1,78 @@
+"""Docker and Podman images, pure parts: the argv of a pull and an inspect, and what their
+output says (image id, digests, whether anything was downloaded)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})\Z")
+_DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})", re.MULTILINE)
+
+PullStatus = Literal["downloaded", "up to date", "unknown"]
+
+
+def engine_pull_argv(program: str, ref: str) -> list[str]:
+    return [program, "pull", ref]
+
+
+def engine_inspect_argv(program: str, ref: str) -> list[str]:
+    return [program, "image", "inspect", ref]
+
+
+def digest_in_ref(ref: str) -> str | None:
+    """``sha256:...`` when the reference is pinned by digest (``...@sha256:<64 hex>``)."""
+    found = _DIGEST.search(ref)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class EngineImage:
+    id: str
+    repo_digests: tuple[str, ...]
+
+
+def parse_engine_inspect(stdout: str) -> EngineImage:
+    """The image id and repo digests from ``docker image inspect REF`` (a JSON list)."""
+    data = json.loads(stdout)
+    item = data[0] if isinstance(data, list) and data else data
+    if not isinstance(item, dict) or not isinstance(item.get("Id"), str):
+        raise ValueError("no image Id in the inspect output")
+    digests = item.get("RepoDigests") or []
+    return EngineImage(item["Id"], tuple(d for d in digests if isinstance(d, str)))
+
+
+def repository_of(ref: str) -> str:
+    """``host:5000/a/b:tag@sha256:..`` -> ``host:5000/a/b``."""
+    name = ref.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def pick_digest(ref: str, repo_digests: Sequence[str]) -> str | None:
+    """The ``sha256:...`` of ``ref``'s repository among an image's RepoDigests."""
+    wanted = repository_of(ref)
+    pairs = [d.split("@", 1) for d in repo_digests if "@" in d]
+    for repo, digest in pairs:
+        if repo == wanted or repo.endswith("/" + wanted) or wanted.endswith("/" + repo):
+            return digest
+    return pairs[0][1] if len(pairs) == 1 else digest_in_ref(ref)
+
+
+def pulled_digest(ref: str, image: EngineImage, pull_stdout: str) -> str | None:
+    """The digest of a pulled image: from its RepoDigests, else the pull's ``Digest:`` line."""
+    found = _DIGEST_LINE.search(pull_stdout)
+    return pick_digest(ref, image.repo_digests) or (found.group(1) if found else None)
+
+
+def engine_pull_status(stdout: str) -> PullStatus:
+    """What ``docker pull`` says it did, from its ``Status:`` line."""
+    if re.search(r"^Status: Image is up to date", stdout, re.MULTILINE):
+        return "up to date"
+    if re.search(r"^Status: Downloaded newer image", stdout, re.MULTILINE):
+        return "downloaded"
+    return "unknown"
