@@ -16,7 +16,7 @@ from ctrain.errors import ConfigError
 from ctrain.images import pull
 from ctrain.images.pull import Sidecar, TargetState
 from ctrain.util import locks
-from tests.unit.fake_apptainer import sif_bytes
+from tests.fake_apptainer import sif_bytes
 
 WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,", "ünï"]
 DIGEST = "sha256:" + "ab" * 32
