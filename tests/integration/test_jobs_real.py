@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CTRAIN
+
 from .jobs import BIN, SCRIPTS, clean_env
 
-CTRAIN = str(BIN / "ctrain")
 RESUMABLE = SCRIPTS / "train_resumable.py"
 EPOCHS = 5
 JOB_TIMEOUT = 420  # one job, all its runs, on a busy 2-core machine
