@@ -11,13 +11,8 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 
 
 def _run_ok(argv: list[str]) -> bool:
@@ -61,9 +56,3 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {marker} is unavailable: {reason}", pytrace=False)
         pytest.skip(reason)
-
-
-@pytest.fixture
-def ctrain_bin() -> str:
-    """The ctrain console script of the interpreter running the tests."""
-    return str(BIN / "ctrain")

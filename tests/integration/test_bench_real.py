@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from .jobs import BIN, clean_env
+from tests.helpers import CTRAIN
 
-CTRAIN = str(BIN / "ctrain")
+from .jobs import clean_env
+
 TINY = ["--model", "MobileNetV2", "--image-size", "32", "--batch", "8", "--steps", "6",
         "--iters", "3", "--warmup", "2", "--threads", "1", "--timeout", "300"]  # fmt: skip
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CTRAIN
+
 from .images import base_image
-from .jobs import BIN, clean_env
+from .jobs import clean_env
 
 
 @pytest.mark.docker
@@ -18,7 +20,7 @@ def test_docker_build_from_a_dockerfile(tmp_path: Path) -> None:
     tag = "ctrain-build-test:1"
     done = subprocess.run(
         [
-            str(BIN / "ctrain"),
+            CTRAIN,
             "build",
             "--runtime",
             "docker",

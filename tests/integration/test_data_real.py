@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .jobs import BIN, clean_env
+from tests.helpers import CTRAIN
+
+from .jobs import clean_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]
-CTRAIN = str(BIN / "ctrain")
 CLASSES = {"circle": 0, "square": 1, "stripes": 2}
 
 # Runs in a fresh interpreter: every socket connection fails, the proxies point nowhere, and the

@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
+
+from tests.helpers import run_ctrain
 
 
 @pytest.mark.tensorflow
 @pytest.mark.horovod
-def test_doctor_json_on_this_machine(ctrain_bin: str) -> None:
-    done = subprocess.run(
-        [ctrain_bin, "doctor", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-        check=False,
-    )
+def test_doctor_json_on_this_machine() -> None:
+    done = run_ctrain("doctor", "--json", env=os.environ, timeout=300)
     data = json.loads(done.stdout)
     checks = {c["name"]: c for c in data["checks"]}
     assert list(checks) == [

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CTRAIN
+
 from .jobs import BIN, clean_env, run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 PYTHON = str(BIN / "python")
-CTRAIN = str(BIN / "ctrain")
 SRUN = ["srun", "-t", "10", "--kill-on-bad-exit=1"]
 TINY_TRANSFER = ["--image-size", "32", "--batch", "4", "--epochs", "2", "--steps-per-epoch", "2"]
 

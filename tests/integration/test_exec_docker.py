@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from .images import REPO, ctrain_min_image
-from .jobs import BIN, clean_env, run
+from tests.helpers import CTRAIN
 
-CTRAIN = str(BIN / "ctrain")
+from .images import REPO, ctrain_min_image
+from .jobs import clean_env, run
+
 TEST_USER = "ctrain-test"
 pytestmark = pytest.mark.docker
 

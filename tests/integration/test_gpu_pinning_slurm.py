@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from .jobs import BIN, clean_env, run
+from tests.helpers import CTRAIN
 
-CTRAIN = str(BIN / "ctrain")
+from .jobs import clean_env, run
+
 pytestmark = pytest.mark.slurm
 
 

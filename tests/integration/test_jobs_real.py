@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CTRAIN
+
 from .jobs import BIN, SCRIPTS, clean_env
 
-CTRAIN = str(BIN / "ctrain")
 RESUMABLE = SCRIPTS / "train_resumable.py"
 EPOCHS = 5
 JOB_TIMEOUT = 420  # one job, all its runs, on a busy 2-core machine
@@ -251,8 +252,9 @@ def test_requeue_loop_resumes_exactly(
 
 
 def cpu_image() -> str | None:
-    """The CPU image of issue 7's recipe built in this CI run (tests/integration/test_images.py
-    builds ctrain:ci-cpu from this checkout), or $CTRAIN_TEST_CPU_IMAGE."""
+    """The CPU image of issue 7's recipe built in this CI run
+    (tests/integration/test_built_images.py builds ctrain:ci-cpu from this checkout), or
+    $CTRAIN_TEST_CPU_IMAGE."""
     wanted = os.environ.get("CTRAIN_TEST_CPU_IMAGE", "ctrain:ci-cpu")
     if shutil.which("docker") is None:
         return None
@@ -266,7 +268,7 @@ def test_multiworker_job_script_through_docker_requeued_once(
 ) -> None:
     image = cpu_image()
     if image is None:
-        reason = "no CPU image (ctrain:ci-cpu, built by tests/integration/test_images.py)"
+        reason = "no CPU image (ctrain:ci-cpu, built by tests/integration/test_built_images.py)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {reason}", pytrace=False)
         pytest.skip(reason)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from .jobs import BIN, clean_env, reports, run, train
+from tests.helpers import CTRAIN
 
-CTRAIN = str(BIN / "ctrain")
+from .jobs import clean_env, reports, run, train
+
 DEAD_PROXY = "http://127.0.0.1:9"  # nothing listens on the discard port
 SRUN = ["srun", "-t", "5", "--kill-on-bad-exit=1"]
 

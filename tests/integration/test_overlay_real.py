@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.images import overlay
+from tests.helpers import run_ctrain, sandbox
 
 SBIN_PATH = "/usr/sbin:/sbin"
 TOOLS = ("mkfs.ext3", "dumpe2fs", "debugfs", "e2fsck")
@@ -34,18 +35,11 @@ def e2fsprogs() -> None:
         tool(name)
 
 
-def create(ctrain: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def create(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``ctrain overlay create`` with a PATH that has no apptainer (and no sbin: ctrain finds
     mkfs.ext3 there itself)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "XDG_CONFIG_HOME": str(cwd / "config")}
-    return subprocess.run(
-        [ctrain, "overlay", "create", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = sandbox(cwd).env
+    return run_ctrain("overlay", "create", *args, env=env, cwd=cwd, timeout=300)
 
 
 def header(image: Path) -> dict[str, str]:
@@ -77,9 +71,9 @@ def fsck_clean(image: Path) -> bool:
     return done.returncode == 0
 
 
-def test_ext3_with_the_inode_count_and_user_owned_dirs(tmp_path: Path, ctrain_bin: str) -> None:
+def test_ext3_with_the_inode_count_and_user_owned_dirs(tmp_path: Path) -> None:
     image = tmp_path / "my overlay.img"
-    done = create(ctrain_bin, tmp_path, str(image), "--size", "256M", "--inodes", "20K")
+    done = create(tmp_path, str(image), "--size", "256M", "--inodes", "20K")
     assert done.returncode == 0, done.stderr
     assert (
         done.stdout.strip() == f"created {image}: 256.0 MiB ext3 overlay, 20000 inodes (mkfs.ext3)"
@@ -99,14 +93,16 @@ def test_ext3_with_the_inode_count_and_user_owned_dirs(tmp_path: Path, ctrain_bi
     assert listing["upper"][2] == listing["work"][2] == "40755"
     assert listing["."][:2] == me
     assert fsck_clean(image)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "config") == [image.name]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in ("home", "bin")) == [
+        image.name
+    ]
 
 
-def test_sparse_and_allocated(tmp_path: Path, ctrain_bin: str) -> None:
+def test_sparse_and_allocated(tmp_path: Path) -> None:
     sparse = tmp_path / "sparse.img"
     full = tmp_path / "full.img"
-    assert create(ctrain_bin, tmp_path, str(sparse), "--size", "512M", "--sparse").returncode == 0
-    assert create(ctrain_bin, tmp_path, str(full), "--size", "512M").returncode == 0
+    assert create(tmp_path, str(sparse), "--size", "512M", "--sparse").returncode == 0
+    assert create(tmp_path, str(full), "--size", "512M").returncode == 0
     size = 512 * 1024**2
     assert sparse.stat().st_size == full.stat().st_size == size
     assert sparse.stat().st_blocks * 512 < size // 4
@@ -128,19 +124,19 @@ def test_owned_by_the_uid_given(tmp_path: Path) -> None:
     assert listing["upper"][:2] == listing["work"][:2] == listing["."][:2] == (1234, 2345)
 
 
-def test_leftovers_of_a_killed_create_are_removed(tmp_path: Path, ctrain_bin: str) -> None:
+def test_leftovers_of_a_killed_create_are_removed(tmp_path: Path) -> None:
     leftover = tmp_path / ".o.img.create-999-deadbeef"
     leftover.write_bytes(b"half an image")
     other = tmp_path / ".p.img.create-999-deadbeef"
     other.write_bytes(b"another overlay's")
-    assert create(ctrain_bin, tmp_path, "o.img", "--size", "64M", "--sparse").returncode == 0
+    assert create(tmp_path, "o.img", "--size", "64M", "--sparse").returncode == 0
     assert not leftover.exists() and other.exists()
     assert fsck_clean(tmp_path / "o.img")
 
 
-def test_an_existing_overlay_is_never_replaced(tmp_path: Path, ctrain_bin: str) -> None:
-    assert create(ctrain_bin, tmp_path, "o.img", "--size", "64M", "--sparse").returncode == 0
+def test_an_existing_overlay_is_never_replaced(tmp_path: Path) -> None:
+    assert create(tmp_path, "o.img", "--size", "64M", "--sparse").returncode == 0
     before = (tmp_path / "o.img").read_bytes()
-    again = create(ctrain_bin, tmp_path, "o.img", "--size", "128M")
+    again = create(tmp_path, "o.img", "--size", "128M")
     assert again.returncode == 2 and "already exists" in again.stderr
     assert (tmp_path / "o.img").read_bytes() == before

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
+from tests.helpers import CTRAIN
 
 from .jobs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
-CTRAIN = str(BIN / "ctrain")
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]
 
 

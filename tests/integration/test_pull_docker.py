@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.images import pull, sif
+from tests.helpers import run_ctrain, start_ctrain
 
 pytestmark = pytest.mark.docker
 
@@ -97,11 +98,9 @@ def fresh(pushed: tuple[str, str]) -> tuple[str, str]:
     return pushed
 
 
-def ctrain_pull(ctrain: str, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def ctrain_pull(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_RUNTIME": "docker"}
-    return subprocess.run(
-        [ctrain, "pull", *args], env=env, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    return run_ctrain("pull", *args, env=env, timeout=TIMEOUT)
 
 
 def pull_events(ref: str, since: float) -> list[str]:
@@ -131,14 +130,14 @@ def record_of(cache: Path, ref: str) -> Path:
 
 
 def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
-    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+    fresh: tuple[str, str], tmp_path: Path
 ) -> None:
     ref, digest = fresh
     cache = tmp_path / "cache"
     assert not present(ref)
 
     start = time.time()
-    first = ctrain_pull(ctrain_bin, cache, ref)
+    first = ctrain_pull(cache, ref)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == f"pulled {ref} -> {ref} ({digest})"
     assert present(ref)
@@ -154,7 +153,7 @@ def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
 
     between = time.time()
     for spelling in (ref, f"docker://{ref}"):
-        again = ctrain_pull(ctrain_bin, cache, spelling)
+        again = ctrain_pull(cache, spelling)
         assert again.returncode == 0, again.stderr
         assert again.stdout.startswith(f"up to date: {ref} ({digest})")
         assert again.stdout.rstrip().endswith("nothing downloaded")
@@ -163,13 +162,13 @@ def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
 
 
 def test_force_asks_the_registry_which_has_nothing_new(
-    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
+    fresh: tuple[str, str], tmp_path: Path
 ) -> None:
     ref, digest = fresh
     cache = tmp_path / "cache"
-    assert ctrain_pull(ctrain_bin, cache, ref).returncode == 0
+    assert ctrain_pull(cache, ref).returncode == 0
     start = time.time()
-    forced = ctrain_pull(ctrain_bin, cache, "--force", ref)
+    forced = ctrain_pull(cache, "--force", ref)
     assert forced.returncode == 0, forced.stderr
     assert len(pull_events(ref, start)) == 1  # docker pull ran...
     assert "nothing downloaded (docker pull: up to date)" in forced.stdout  # ...and said so
@@ -177,23 +176,12 @@ def test_force_asks_the_registry_which_has_nothing_new(
     assert sidecar is not None and sidecar.digest == digest
 
 
-def test_three_concurrent_pulls_pull_once(
-    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
-) -> None:
+def test_three_concurrent_pulls_pull_once(fresh: tuple[str, str], tmp_path: Path) -> None:
     ref, digest = fresh
     cache = tmp_path / "cache"
     env = {**os.environ, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_RUNTIME": "docker"}
     start = time.time()
-    procs = [
-        subprocess.Popen(
-            [ctrain_bin, "pull", ref],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
+    procs = [start_ctrain("pull", ref, env=env) for _ in range(3)]
     results = [p.communicate(timeout=TIMEOUT) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], results
     firsts = sorted(out.split()[0] for out, _ in results)
@@ -202,11 +190,9 @@ def test_three_concurrent_pulls_pull_once(
     assert present(ref)
 
 
-def test_a_missing_image_is_one_line(
-    pushed: tuple[str, str], tmp_path: Path, ctrain_bin: str
-) -> None:
+def test_a_missing_image_is_one_line(pushed: tuple[str, str], tmp_path: Path) -> None:
     missing = f"{REGISTRY}/ctrain-test/no-such-image:1"
-    done = ctrain_pull(ctrain_bin, tmp_path / "cache", missing)
+    done = ctrain_pull(tmp_path / "cache", missing)
     assert done.returncode == 5
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(f"ctrain: error: docker pull {missing} failed: ")
@@ -215,9 +201,7 @@ def test_a_missing_image_is_one_line(
     assert not record_of(tmp_path / "cache", missing).exists()
 
 
-def test_docker_pull_needs_no_scratch_cache(
-    fresh: tuple[str, str], tmp_path: Path, ctrain_bin: str
-) -> None:
+def test_docker_pull_needs_no_scratch_cache(fresh: tuple[str, str], tmp_path: Path) -> None:
     """The image lives in the engine's store; ctrain keeps only a small record, so $HOME will do
     (unlike an apptainer pull, which is refused there without --allow-home-cache)."""
     ref, _ = fresh
@@ -227,8 +211,6 @@ def test_docker_pull_needs_no_scratch_cache(
     env.update({"HOME": str(home), "CTRAIN_RUNTIME": "docker", "XDG_CONFIG_HOME": str(home)})
     for key in ("SCRATCH", "WORK"):
         env.pop(key, None)
-    done = subprocess.run(
-        [ctrain_bin, "pull", ref], env=env, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    done = run_ctrain("pull", ref, env=env, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
     assert list(home.rglob(f"{pull.safe_name(ref)}.json"))

@@ -1,9 +1,8 @@
-"""`ctrain build` with the fake apptainer: argv, cache placement, and a target that appears
+"""`ctrain build` with the stand-in apptainer: argv, cache placement, and a target that appears
 whole or not at all. (A real docker build is in tests/integration/test_build_docker.py.)"""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -17,36 +16,29 @@ from ctrain.images.build import (
     engine_build_argv,
     sif_build_argv,
 )
-
-from . import fake_apptainer
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    fake_apptainer.install(tmp_path / "bin")
-    (tmp_path / "home").mkdir()
-    (tmp_path / "ctrain.def").write_text("Bootstrap: docker-daemon\nFrom: ctrain:0.1.0\n")
-    return {
-        "PATH": f"{tmp_path / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "HOME": str(tmp_path / "home"),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "FAKE_APPTAINER_LOG": str(tmp_path / "calls.jsonl"),
-        "CTRAIN_CACHE_DIR": str(tmp_path / "cache"),
-        "CTRAIN_MIN_FREE_GB": "1",
-    }
+    box = sandbox(
+        tmp_path,
+        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
+        CTRAIN_CACHE_DIR=str(tmp_path / "cache"),
+        CTRAIN_MIN_FREE_GB="1",
+    )
+    fake_apptainer.install(box.bin)
+    (tmp_path / "ctrain.def").write_text(
+        "Bootstrap: docker-daemon\nFrom: ctrain:{{ V }}\n\n%arguments\n    V=0.1.0\n"
+    )
+    return box.env
 
 
 def ctrain(
-    ctrain_bin: str, tmp: Path, env: dict[str, str], *args: str, **extra: str
+    tmp: Path, env: dict[str, str], *args: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ctrain_bin, "build", *args],
-        env={**env, **extra},
-        cwd=tmp,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_ctrain("build", *args, env={**env, **extra}, cwd=tmp)
 
 
 def test_argv() -> None:
@@ -78,10 +70,8 @@ def test_argv() -> None:
     assert default_target("docker://debian:12", "apptainer") == "debian.sif"
 
 
-def test_build_lands_whole_with_the_cache_out_of_home(
-    ctrain_bin: str, tmp_path: Path, env: dict[str, str]
-) -> None:
-    done = ctrain(ctrain_bin, tmp_path, env, "ctrain.def", "-o", "out.sif", "--build-arg", "V=2")
+def test_build_lands_whole_with_the_cache_out_of_home(tmp_path: Path, env: dict[str, str]) -> None:
+    done = ctrain(tmp_path, env, "ctrain.def", "-o", "out.sif", "--build-arg", "V=2")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out.sif").read_bytes()[32:41] == b"SIF_MAGIC"
     assert [p.name for p in tmp_path.glob(".out.sif.build-*")] == []
@@ -99,17 +89,17 @@ def test_build_lands_whole_with_the_cache_out_of_home(
     ],
 )
 def test_a_failed_build_leaves_nothing(
-    ctrain_bin: str, tmp_path: Path, env: dict[str, str], extra: dict[str, str], words: str
+    tmp_path: Path, env: dict[str, str], extra: dict[str, str], words: str
 ) -> None:
     (tmp_path / "out.sif").write_bytes(b"previous")
-    done = ctrain(ctrain_bin, tmp_path, env, "ctrain.def", "-o", "out.sif", "--force", **extra)
+    done = ctrain(tmp_path, env, "ctrain.def", "-o", "out.sif", "--force", **extra)
     assert done.returncode != 0
     assert words in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
     assert (tmp_path / "out.sif").read_bytes() == b"previous"
     assert [p.name for p in tmp_path.glob(".out.sif.build-*")] == []
 
 
-def test_refusals_write_nothing(ctrain_bin: str, tmp_path: Path, env: dict[str, str]) -> None:
+def test_refusals_write_nothing(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "out.sif").write_bytes(b"previous")
     for args, words in [
         (("ctrain.def", "-o", "out.sif"), "exists"),
@@ -117,7 +107,7 @@ def test_refusals_write_nothing(ctrain_bin: str, tmp_path: Path, env: dict[str, 
         (("ctrain.def", "--build-arg", "novalue"), "NAME=VALUE"),
         (("ctrain.def", "-o", "nodir/x.sif"), "does not exist"),
     ]:
-        done = ctrain(ctrain_bin, tmp_path, env, *args)
+        done = ctrain(tmp_path, env, *args)
         assert done.returncode != 0
         assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
     assert (tmp_path / "out.sif").read_bytes() == b"previous"

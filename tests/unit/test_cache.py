@@ -16,6 +16,7 @@ import pytest
 from ctrain.errors import ConfigError
 from ctrain.images import cache, sif
 from ctrain.images.cachedir import CacheChoice
+from tests.helpers import run_ctrain, sandbox, snapshot
 
 DAY = 86400
 NOW = time.time()
@@ -226,28 +227,14 @@ def test_info_of_a_missing_cache(tmp_path: Path) -> None:
 # -- the CLI ------------------------------------------------------------------------------------
 
 
-def ctrain_cache(
-    ctrain: str, r: Path, *args: str, **extra: str
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(r.parent),
-        "CTRAIN_CACHE_DIR": str(r),
-        "XDG_CONFIG_HOME": str(r.parent / "config"),
-        **extra,
-    }
-    return subprocess.run(
-        [ctrain, "cache", *args], env=env, capture_output=True, text=True, timeout=60
-    )
+def ctrain_cache(r: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = sandbox(r.parent, CTRAIN_CACHE_DIR=str(r)).with_env(**extra)
+    return run_ctrain("cache", *args, env=env)
 
 
-def snapshot(r: Path) -> list[str]:
-    return sorted(str(p.relative_to(r)) for p in r.rglob("*"))
-
-
-def test_cli_dry_run_lists_and_removes_nothing(root: Path, ctrain_bin: str) -> None:
+def test_cli_dry_run_lists_and_removes_nothing(root: Path) -> None:
     before = snapshot(root)
-    done = ctrain_cache(ctrain_bin, root, "clean", "--dry-run")
+    done = ctrain_cache(root, "clean", "--dry-run")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 7 and all(line.startswith("would remove") for line in lines[:6])
@@ -256,8 +243,8 @@ def test_cli_dry_run_lists_and_removes_nothing(root: Path, ctrain_bin: str) -> N
     assert snapshot(root) == before
 
 
-def test_cli_clean_with_an_age(root: Path, ctrain_bin: str) -> None:
-    done = ctrain_cache(ctrain_bin, root, "clean", "--older-than", "6w")
+def test_cli_clean_with_an_age(root: Path) -> None:
+    done = ctrain_cache(root, "clean", "--older-than", "6w")
     assert done.returncode == 0, done.stderr
     removed = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("removed")]
     assert sorted(removed) == [
@@ -269,12 +256,12 @@ def test_cli_clean_with_an_age(root: Path, ctrain_bin: str) -> None:
     assert (root / "images" / "old.sif").exists()
 
 
-def test_cli_info_json(root: Path, ctrain_bin: str) -> None:
-    done = ctrain_cache(ctrain_bin, root, "info", "--json")
+def test_cli_info_json(root: Path) -> None:
+    done = ctrain_cache(root, "info", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["path"] == str(root) and data["source"] == "env CTRAIN_CACHE_DIR"
-    flagged = ctrain_cache(ctrain_bin, root, "info", "--cache-dir", str(root / "images"))
+    flagged = ctrain_cache(root, "info", "--cache-dir", str(root / "images"))
     assert flagged.stdout.splitlines()[0] == f"cache   {root / 'images'}  (flag)"
 
 
@@ -291,11 +278,9 @@ def test_cli_info_json(root: Path, ctrain_bin: str) -> None:
         (["clean"], {"CTRAIN_ALLOW_HOME_CACHE": "maybe"}, "CTRAIN_ALLOW_HOME_CACHE='maybe'"),
     ],
 )
-def test_cli_bad_input(
-    root: Path, ctrain_bin: str, args: list[str], extra: dict[str, str], words: str
-) -> None:
+def test_cli_bad_input(root: Path, args: list[str], extra: dict[str, str], words: str) -> None:
     before = snapshot(root)
-    done = ctrain_cache(ctrain_bin, root, *args, **extra)
+    done = ctrain_cache(root, *args, **extra)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and " Fix: " in lines[0]
@@ -314,8 +299,6 @@ def test_cli_bad_input(
         ["cache", "clean"],
     ],
 )
-def test_help(ctrain_bin: str, command: list[str]) -> None:
-    done = subprocess.run(
-        [ctrain_bin, *command, "--help"], capture_output=True, text=True, timeout=60
-    )
+def test_help(command: list[str]) -> None:
+    done = run_ctrain(*command, "--help", env=os.environ)
     assert done.returncode == 0 and done.stdout.startswith("Usage: ctrain " + " ".join(command))

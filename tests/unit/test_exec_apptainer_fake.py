@@ -6,7 +6,6 @@ ctrain hands it, the exec (same pid, exit code passed through) and the cache pla
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,50 +13,31 @@ from pathlib import Path
 
 import pytest
 
-FAKE = """#!/bin/sh
-python3 - "$@" <<'PY'
-import json, os, sys
-record = {"argv": sys.argv[1:], "pid": os.getppid(),
-          "env": {k: v for k, v in os.environ.items()
-                  if k.startswith(("APPTAINER", "SINGULARITY"))}}
-open(os.environ["FAKE_RECORD"], "w").write(json.dumps(record))
-PY
-exit "${FAKE_EXIT:-0}"
-"""
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox
 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    box = sandbox(
+        tmp_path,
+        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
+        SLURM_JOB_ID="7",
+        PYTHONPATH="/leak",
+    )
     for name in ("apptainer", "singularity"):
-        (bin_dir / name).write_text(FAKE)
-        (bin_dir / name).chmod(0o755)
+        fake_apptainer.install(box.bin, name)
     (tmp_path / "img.sif").write_bytes(b"")
     (tmp_path / "data").mkdir()
-    return {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "HOME": str(tmp_path / "home"),
-        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
-        "FAKE_RECORD": str(tmp_path / "record.json"),
-        "SLURM_JOB_ID": "7",
-        "PYTHONPATH": "/leak",
-    }
+    return box.env
 
 
 def ctrain(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ctrain", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_ctrain(*args, env=env, cwd=cwd)
 
 
 def record(env: dict[str, str]) -> dict[str, object]:
-    return json.loads(Path(env["FAKE_RECORD"]).read_text())  # type: ignore[no-any-return]
+    return fake_apptainer.calls(Path(env["FAKE_APPTAINER_LOG"]))[-1]
 
 
 def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: Path) -> None:
@@ -76,7 +56,7 @@ def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: 
             "--epochs",
             "3",
         ],
-        {**fake, "FAKE_EXIT": "3"},
+        {**fake, "FAKE_APPTAINER_EXIT": "3"},
         tmp_path,
     )
     assert done.returncode == 3, done.stderr  # the command's exit code is ctrain's
@@ -127,7 +107,7 @@ def test_remote_image_cache_is_kept_out_of_home(fake: dict[str, str], tmp_path: 
     refused = ctrain(["exec", "docker://example/img:1", "--", "true"], fake, tmp_path)
     assert refused.returncode != 0
     assert refused.stderr.count("\n") == 1 and "CTRAIN_CACHE_DIR" in refused.stderr
-    assert not Path(fake["FAKE_RECORD"]).exists()
+    assert not Path(fake["FAKE_APPTAINER_LOG"]).exists()
 
     cache = tmp_path / "scratch" / "cache"
     env = {**fake, "CTRAIN_CACHE_DIR": str(cache), "CTRAIN_MIN_FREE_GB": "1"}
@@ -155,7 +135,7 @@ def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -
     first = done.stdout.splitlines()[0]
     assert first.endswith("ctrain launch -- echo 'a b'")
     assert "  env SLURM_JOB_ID=7" in done.stdout.splitlines()
-    assert not Path(fake["FAKE_RECORD"]).exists()
+    assert not Path(fake["FAKE_APPTAINER_LOG"]).exists()
 
 
 @pytest.mark.parametrize(
@@ -184,4 +164,4 @@ def test_bad_input_is_one_line_and_runs_nothing(
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
-    assert not Path(fake["FAKE_RECORD"]).exists()
+    assert not Path(fake["FAKE_APPTAINER_LOG"]).exists()

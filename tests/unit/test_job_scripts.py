@@ -6,10 +6,8 @@ they start, the signal they pass on, the requeue on exit code 75 and only then.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
+from tests.helpers import sandbox, wait_for
 
 FAKE_STEP = """#!/bin/bash
 # A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.
@@ -40,11 +39,9 @@ printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
 
 @pytest.fixture
 def fakes(tmp_path: Path) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    box = sandbox(tmp_path)
     for name, text in (("srun", FAKE_STEP), ("mpirun", FAKE_STEP), ("scontrol", FAKE_SCONTROL)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
+        box.add_program(name, text)
     return tmp_path
 
 
@@ -56,27 +53,20 @@ def script(fakes: Path, mode: str = "single") -> Path:
 
 
 def env(fakes: Path, **extra: str) -> dict[str, str]:
-    return {
-        "PATH": f"{fakes / 'bin'}{os.pathsep}/usr/bin:/bin",
-        "FAKE_DIR": str(fakes),
-        "SLURM_JOB_ID": "77",
-        "SLURM_NTASKS": "2",
-        "SLURM_JOB_NODELIST": "node1",
+    return sandbox(
+        fakes,
+        FAKE_DIR=str(fakes),
+        SLURM_JOB_ID="77",
+        SLURM_NTASKS="2",
+        SLURM_JOB_NODELIST="node1",
         **extra,
-    }
+    ).env
 
 
 def run(path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(path)], env=environ, capture_output=True, text=True, timeout=60
     )
-
-
-def wait_for(path: Path, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", JOB_MODES)
@@ -131,14 +121,12 @@ def test_usr2_is_passed_to_the_step_then_the_job_is_requeued(fakes: Path, signal
         text=True,
     )
     try:
-        wait_for(fakes / "started")
+        wait_for((fakes / "started").exists, "the step to start")
+        usr2 = fakes / "usr2"
         for count in range(1, signals + 1):
             proc.send_signal(signal.SIGUSR2)
-            wait_for(fakes / "usr2")
-            deadline = time.monotonic() + 10
-            while (fakes / "usr2").read_text().strip() != str(count):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_for(usr2.exists, "the step to get SIGUSR2")
+            wait_for(lambda n=count: usr2.read_text().strip() == str(n), f"signal {count}", 10)
         out, _ = proc.communicate(timeout=30)
     finally:
         proc.kill()
@@ -156,7 +144,7 @@ def test_usr2_then_a_normal_end_is_not_requeued(fakes: Path) -> None:
         text=True,
     )
     try:
-        wait_for(fakes / "started")
+        wait_for((fakes / "started").exists, "the step to start")
         proc.send_signal(signal.SIGUSR2)
         out, _ = proc.communicate(timeout=30)
     finally:

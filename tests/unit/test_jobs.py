@@ -20,6 +20,7 @@ from ctrain.cli import main
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest, JobRequestError
+from tests.helpers import sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "jobs"
@@ -312,22 +313,21 @@ def test_render_cli_refusal_is_one_line(args: list[str], needle: str) -> None:
     assert len(lines) == 1 and needle in lines[0] and "Fix:" in lines[0]
 
 
-def fake_sbatch(bin_dir: Path, record: Path, reply: str = "4242") -> None:
-    bin_dir.mkdir()
-    sbatch = bin_dir / "sbatch"
-    sbatch.write_text(
+def fake_sbatch(root: Path, record: Path, reply: str = "4242") -> None:
+    """An sbatch in ``root``/bin that records its argv and script and prints ``reply``."""
+    sandbox(root).add_program(
+        "sbatch",
         "#!/bin/bash\n"
         f'printf "%s\\n" "$@" > {record}.argv\n'
         f'cp "${{@: -1}}" {record}.script\n'
-        f"echo '{reply}'\n"
+        f"echo '{reply}'\n",
     )
-    sbatch.chmod(0o755)
 
 
 def test_submit_runs_sbatch_and_prints_the_job_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_sbatch(tmp_path / "bin", tmp_path / "sbatch")
+    fake_sbatch(tmp_path, tmp_path / "sbatch")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     args = ["job", "submit", "single", "--gpus-per-node", "0", "--runtime", "host"]
     args += ["--save", str(tmp_path / "kept.sbatch"), "--", "python", "t.py"]
@@ -342,12 +342,12 @@ def test_submit_runs_sbatch_and_prints_the_job_id(
 
 
 def test_submit_reports_sbatch_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(
-        "#!/bin/bash\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n"
+    box = sandbox(tmp_path)
+    box.add_program(
+        "sbatch",
+        "#!/bin/bash\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n",
     )
-    (bin_dir / "sbatch").chmod(0o755)
+    bin_dir = box.bin
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result = CliRunner().invoke(
         main, ["job", "submit", "single", "--partition", "gpu", "--", "python", "t.py"]

@@ -17,7 +17,8 @@ import pytest
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import overlay
-from tests.unit import fake_apptainer
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox
 
 MIB = 1024**2
 GIB = 1024**3
@@ -134,26 +135,13 @@ def test_tool_finder_looks_in_sbin() -> None:
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    fake_apptainer.install(tmp_path / "bin")
-    return {
-        "PATH": f"{tmp_path / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "HOME": str(tmp_path),
-        "FAKE_APPTAINER_LOG": str(tmp_path / "calls.jsonl"),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-    }
+    box = sandbox(tmp_path, FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"))
+    fake_apptainer.install(box.bin)
+    return box.env
 
 
-def overlay_create(
-    ctrain: str, env: dict[str, str], cwd: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ctrain, "overlay", "create", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def overlay_create(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_ctrain("overlay", "create", *args, env=env, cwd=cwd, timeout=120)
 
 
 def listing(directory: Path) -> dict[str, tuple[int, float]]:
@@ -181,13 +169,13 @@ def listing(directory: Path) -> dict[str, tuple[int, float]]:
     ],
 )
 def test_refusals_are_one_line_and_write_nothing(
-    tmp_path: Path, ctrain_bin: str, cli_env: dict[str, str], args: list[str], words: str
+    tmp_path: Path, cli_env: dict[str, str], args: list[str], words: str
 ) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "existing.img").write_bytes(b"keep me")
     before = listing(work)
-    done = overlay_create(ctrain_bin, cli_env, work, *args)
+    done = overlay_create(cli_env, work, *args)
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ctrain: error: ") and " Fix: " in lines[0]
@@ -198,13 +186,9 @@ def test_refusals_are_one_line_and_write_nothing(
 
 
 @pytest.mark.parametrize("sparse", [True, False])
-def test_create_with_apptainer(
-    tmp_path: Path, ctrain_bin: str, cli_env: dict[str, str], sparse: bool
-) -> None:
+def test_create_with_apptainer(tmp_path: Path, cli_env: dict[str, str], sparse: bool) -> None:
     target = tmp_path / "my overlay.img"
-    done = overlay_create(
-        ctrain_bin, cli_env, tmp_path, str(target), "--size", "1G", *(["--sparse"] * sparse)
-    )
+    done = overlay_create(cli_env, tmp_path, str(target), "--size", "1G", *(["--sparse"] * sparse))
     assert done.returncode == 0, done.stderr
     calls = fake_apptainer.calls(tmp_path / "calls.jsonl")
     assert len(calls) == 1
@@ -219,12 +203,10 @@ def test_create_with_apptainer(
     assert "(apptainer overlay create)" in done.stdout
 
 
-def test_apptainer_failure_leaves_nothing(
-    tmp_path: Path, ctrain_bin: str, cli_env: dict[str, str]
-) -> None:
+def test_apptainer_failure_leaves_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
     broken = tmp_path / "bin" / "apptainer"
     broken.write_text("#!/bin/sh\necho 'FATAL: overlay create: no mkfs.ext3' >&2\nexit 255\n")
-    done = overlay_create(ctrain_bin, cli_env, tmp_path, "o.img", "--size", "1G")
+    done = overlay_create(cli_env, tmp_path, "o.img", "--size", "1G")
     assert done.returncode == 5
     assert "apptainer overlay create failed: FATAL: overlay create: no mkfs.ext3" in done.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".o.img", "o.img"))]

@@ -1,4 +1,4 @@
-"""``ctrain pull`` end to end against the fake apptainer (tests/unit/fake_apptainer.py): argv and
+"""``ctrain pull`` end to end against the stand-in apptainer (tests/fake_apptainer.py): argv and
 environment, reuse, --force, killed and interrupted pulls, concurrent pulls, and bad input."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from ctrain.images import pull, sif
-from tests.unit import fake_apptainer
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
 
 REF_A = "docker://registry.example/team/train:1"
 REF_B = "docker://registry.example/team/train:2"
@@ -22,47 +22,29 @@ TIMEOUT = 60
 
 
 class Env:
-    """A fake apptainer first on PATH, a cache under tmp, and helpers to run ctrain."""
+    """The stand-in apptainer first on PATH, a cache under tmp, and helpers to run ctrain."""
 
-    def __init__(self, tmp: Path, ctrain: str) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.ctrain = ctrain
         self.log = tmp / "apptainer-calls.jsonl"
         self.cache = tmp / "cache"
-        fake_apptainer.install(tmp / "bin")
-        (tmp / "home").mkdir()
-        self.vars = {
-            "PATH": f"{tmp / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(tmp / "home"),
-            "USER": "tester",
-            "FAKE_APPTAINER_LOG": str(self.log),
-            "CTRAIN_CACHE_DIR": str(self.cache),
-            "CTRAIN_MIN_FREE_GB": "1",
-            "XDG_CONFIG_HOME": str(tmp / "config"),
-        }
+        self.box = sandbox(
+            tmp,
+            USER="tester",
+            FAKE_APPTAINER_LOG=str(self.log),
+            CTRAIN_CACHE_DIR=str(self.cache),
+            CTRAIN_MIN_FREE_GB="1",
+        )
+        fake_apptainer.install(self.box.bin)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**self.vars, **extra}
+        return self.box.with_env(**extra)
 
     def run(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [self.ctrain, "pull", *args],
-            env=self.env(**extra),
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
+        return run_ctrain("pull", *args, env=self.env(**extra), cwd=self.tmp, timeout=TIMEOUT)
 
     def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [self.ctrain, "pull", *args],
-            env=self.env(**extra),
-            cwd=self.tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        return start_ctrain("pull", *args, env=self.env(**extra), cwd=self.tmp)
 
     def calls(self, verb: str | None = None) -> list[dict[str, object]]:
         found = fake_apptainer.calls(self.log)
@@ -70,29 +52,13 @@ class Env:
 
 
 @pytest.fixture
-def fake(tmp_path: Path, ctrain_bin: str) -> Env:
-    return Env(tmp_path, ctrain_bin)
+def fake(tmp_path: Path) -> Env:
+    return Env(tmp_path)
 
 
 def content(ref: str) -> bytes:
     header, body = fake_apptainer.sif_bytes(ref, 65536)
     return header + body
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:
@@ -125,6 +91,7 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
         "APPTAINER_CACHEDIR": str(fake.cache),
         "APPTAINER_TMPDIR": str(fake.cache / "tmp"),
         "SINGULARITY_CACHEDIR": str(fake.cache),
+        "SINGULARITY_TMPDIR": str(fake.cache / "tmp"),
     }
     assert not temp.exists()
 
@@ -296,12 +263,15 @@ def test_failed_pulls_leave_the_previous_target(
     assert files(fake.tmp) == files_before  # target and sidecar as they were, no temporary
 
 
-def files(directory: Path) -> dict[str, bytes]:
-    """What a pull may change, without its log and lock files (the lock records its holder)."""
+def files(directory: Path) -> dict[str, bytes | None]:
+    """What a pull may change, without its log and lock files (the lock records its holder) and
+    Apptainer's own cache (cache/cache: what apptainer downloaded stays there)."""
     return {
         k: v
         for k, v in snapshot(directory).items()
-        if k != "apptainer-calls.jsonl" and not k.endswith(".lock")
+        if k != "apptainer-calls.jsonl"
+        and not k.endswith(".lock")
+        and not k.startswith("cache/cache")
     }
 
 

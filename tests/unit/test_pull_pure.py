@@ -17,7 +17,7 @@ from ctrain.errors import ConfigError
 from ctrain.images import engine, pull, sif
 from ctrain.images.sif import Sidecar, TargetState
 from ctrain.util import fs, locks
-from tests.unit.fake_apptainer import sif_bytes
+from tests.fake_apptainer import sif_bytes
 
 WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,", "ünï"]
 DIGEST = "sha256:" + "ab" * 32

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from .images import REPO, base_image
-from .jobs import BIN, clean_env, reports, run
+from tests.helpers import CTRAIN
 
-CTRAIN = str(BIN / "ctrain")
+from .images import REPO, base_image
+from .jobs import clean_env, reports, run
+
 REGISTRY = "127.0.0.1:5000"
 TAG = "ci"
 SCRIPTS = REPO / "tests" / "integration" / "scripts"

@@ -1,0 +1,117 @@
+"""What the tests share: an isolated environment, one way to run ctrain as a process, waiting
+with a timeout, and a directory snapshot.
+
+ctrain runs as the console script of the interpreter running the tests, with PYTHONPATH set to
+the source the tests import, so a process runs the same ctrain as the test (a shared venv's
+editable install may point at another checkout).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import ctrain
+
+BIN = Path(sys.executable).parent
+CTRAIN = str(BIN / "ctrain")
+SRC = str(Path(ctrain.__file__).resolve().parent.parent)
+SYSTEM_PATH = "/usr/bin:/bin"
+TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME under ``root``, a fake bin dir first on PATH,
+    and ``root`` as the working directory; ``env`` holds nothing of the caller's environment."""
+
+    root: Path
+    env: dict[str, str]
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    def with_env(self, **extra: str) -> dict[str, str]:
+        return {**self.env, **extra}
+
+    def add_program(self, name: str, text: str) -> Path:
+        """A script called ``name`` in the fake bin dir."""
+        program = self.bin / name
+        program.write_text(text)
+        program.chmod(0o755)
+        return program
+
+
+def sandbox(root: Path, path: str = SYSTEM_PATH, **extra: str) -> Sandbox:
+    """An isolated environment under ``root``; ``path`` follows the fake bin dir on PATH."""
+    for directory in (root / "home", root / "bin"):
+        directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": f"{root / 'bin'}{os.pathsep}{path}",
+        "HOME": str(root / "home"),
+        "XDG_CONFIG_HOME": str(root / "home" / ".config"),
+        "XDG_CACHE_HOME": str(root / "home" / ".cache"),
+        **extra,
+    }
+    return Sandbox(root, env)
+
+
+def ctrain_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the tests' ctrain source first on PYTHONPATH."""
+    given = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": SRC + (os.pathsep + given if given else "")}
+
+
+def run_ctrain(
+    *args: str, env: Mapping[str, str], cwd: Path | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """``ctrain ARGS`` to completion (or TimeoutExpired), output captured as text."""
+    return subprocess.run(
+        [CTRAIN, *args],
+        env=ctrain_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_ctrain(
+    *args: str, env: Mapping[str, str], cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    """``ctrain ARGS`` started, stdout and stderr piped as text (wait with a timeout)."""
+    return subprocess.Popen(
+        [CTRAIN, *args],
+        env=ctrain_env(env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every path under ``directory``: a file's bytes, None for a directory."""
+    return {
+        str(p.relative_to(directory)): p.read_bytes() if p.is_file() else None
+        for p in sorted(directory.rglob("*"))
+    }
