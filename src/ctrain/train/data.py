@@ -258,17 +258,7 @@ def scan_folder(folder: Path) -> Folder:
     return Folder(classes, splits, tuple(ignored))
 
 
-def import_folder(
-    folder: Path,
-    name: str,
-    directory: Path,
-    version: str = "1.0.0",
-    channels: int | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Make the prepared TFDS dataset ``name`` in ``directory`` from an image folder: features
-    ``image`` (uint8, ``channels`` channels, PNG), ``label`` (the class directories, sorted) and
-    ``filename`` (relative to the folder). Returns the prepared directory."""
+def _check_import(name: str, version: str, channels: int | None) -> None:
     if not _NAME.fullmatch(name):
         raise DataError(
             f"--name {name!r} is not a TFDS dataset name",
@@ -278,15 +268,23 @@ def import_folder(
         raise DataError(f"--version {version!r}", "give X.Y.Z, e.g. 1.0.0")
     if channels not in (None, 1, 3, 4):
         raise DataError(f"--channels {channels}", "give 1 (grey), 3 (RGB) or 4 (RGBA)")
-    found = scan_folder(folder)
-    target = directory / name / version
-    if target.exists():
-        if not overwrite:
-            raise DataError(
-                f"{target} exists", "pass --overwrite to replace it, or give another --version"
-            )
-        shutil.rmtree(target)
 
+
+def _clear(target: Path, overwrite: bool) -> None:
+    """Make room for a dataset version: remove it with ``overwrite``, else refuse."""
+    if not target.exists():
+        return
+    if not overwrite:
+        raise DataError(
+            f"{target} exists", "pass --overwrite to replace it, or give another --version"
+        )
+    shutil.rmtree(target)
+
+
+def _store(
+    folder: Path, found: Folder, name: str, version: str, channels: int | None, directory: Path
+) -> None:
+    """Write ``found``'s images as the TFDS dataset ``name`` ``version`` into ``directory``."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
@@ -321,6 +319,23 @@ def import_folder(
         data_dir=str(directory),
         description=f"Imported by ctrain from the image folder {folder}",
     )
+
+
+def import_folder(
+    folder: Path,
+    name: str,
+    directory: Path,
+    version: str = "1.0.0",
+    channels: int | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Make the prepared TFDS dataset ``name`` in ``directory`` from an image folder: features
+    ``image`` (uint8, ``channels`` channels, PNG), ``label`` (the class directories, sorted) and
+    ``filename`` (relative to the folder). Returns the prepared directory."""
+    _check_import(name, version, channels)
+    found = scan_folder(folder)
+    _clear(directory / name / version, overwrite)
+    _store(folder, found, name, version, channels, directory)
     return prepared_dir(f"{name}:{version}", directory)
 
 
