@@ -59,19 +59,15 @@ def _apptainer_cache(
         return {}
     if Path(invocation.spec.image).is_file():
         return {}
-    cache_dir = s["cache_dir"].value
-    choice = cachedir.resolve_cache_dir(
-        str(cache_dir) if cache_dir else None,
-        environ,
-        bool(s["allow_home_cache"].value),
-        Path.exists,
-    )
+    choice = cachedir.resolve_cache_dir(s, environ)
     cachedir.ensure_dirs(choice)
     cachedir.check_free(choice.path, int(str(s["min_free_gb"].value)))
     return cachedir.apptainer_env(choice)
 
 
-def _hold_overlay_lock(invocation: Invocation) -> None:
+def _hold_overlay_lock(
+    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
+) -> None:
     """A read-write overlay is locked for the life of the container process (the fd survives
     the exec)."""
     overlay = invocation.spec.overlay
@@ -80,11 +76,16 @@ def _hold_overlay_lock(invocation: Invocation) -> None:
     from ctrain.images import overlay as overlays
 
     holder = f"pid {os.getpid()} on {socket.gethostname()}"
-    job = os.environ.get("SLURM_JOB_ID")
-    overlays.acquire_rw_lock(Path(overlay.path), holder + (f", job {job}" if job else ""))
+    job = environ.get("SLURM_JOB_ID")
+    overlays.acquire_rw_lock(
+        Path(overlay.path),
+        holder + (f", job {job}" if job else ""),
+        lock_dir=lambda: cachedir.lock_dir(s, environ),
+        environ=environ,
+    )
 
 
 def run(invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]) -> NoReturn:
     env = {**invocation.env, **_apptainer_cache(invocation, s, environ)}
-    _hold_overlay_lock(invocation)
+    _hold_overlay_lock(invocation, s, environ)
     proc.exec_replace(invocation.argv, env)
