@@ -1,7 +1,13 @@
-"""From settings to one runtime invocation, and running it in place of ctrain."""
+"""From settings to one complete runtime invocation, and running it in place of ctrain.
+
+``plan`` decides everything the exec will get, the Apptainer cache variables included, so
+``--dry-run`` prints exactly what ``run`` execs; ``run`` only creates and checks the cache
+directory and takes the overlay lock before it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -48,21 +54,26 @@ def plan(
     )
     gpus = GpuEnv.from_environ(environ).visible
     extra = tuple(binds) if isinstance(binds, tuple) else ()
-    return plan_invocation(request, environ, lambda name: proc.which(name, environ), gpus, extra)
+    invocation = plan_invocation(
+        request, environ, lambda name: proc.which(name, environ), gpus, extra
+    )
+    return _with_apptainer_cache(invocation, s, environ)
 
 
-def _apptainer_cache(
+def _with_apptainer_cache(
     invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
-) -> dict[str, str]:
-    """A remote image is pulled implicitly: its cache goes where ctrain's settings say."""
+) -> Invocation:
+    """A remote image is pulled implicitly by apptainer: its cache and tmp go where ctrain's
+    settings say, and the invocation carries those variables (and the directory to prepare)."""
     if invocation.runtime not in ("apptainer", "singularity"):
-        return {}
+        return invocation
     if Path(invocation.spec.image).is_file():
-        return {}
+        return invocation
     choice = cachedir.resolve_cache_dir(s, environ)
-    cachedir.ensure_dirs(choice)
-    cachedir.check_free(choice.path, int(str(s["min_free_gb"].value)))
-    return cachedir.apptainer_env(choice)
+    added = cachedir.apptainer_env(choice)
+    return dataclasses.replace(
+        invocation, env={**invocation.env, **added}, runtime_env=added, cache=choice
+    )
 
 
 def _hold_overlay_lock(
@@ -86,6 +97,9 @@ def _hold_overlay_lock(
 
 
 def run(invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]) -> NoReturn:
-    env = {**invocation.env, **_apptainer_cache(invocation, s, environ)}
+    """Create and check the cache directory, take the overlay lock, then exec the invocation."""
+    if invocation.cache is not None:
+        cachedir.ensure_dirs(invocation.cache)
+        cachedir.check_free(invocation.cache.path, int(str(s["min_free_gb"].value)))
     _hold_overlay_lock(invocation, s, environ)
-    proc.exec_replace(invocation.argv, env)
+    proc.exec_replace(invocation.argv, invocation.env)
