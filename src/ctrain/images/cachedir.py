@@ -51,12 +51,11 @@ def is_under(path: Path, home: str | None) -> bool:
     return path.resolve(strict=False).is_relative_to(root)
 
 
-def _configured(s: Mapping[str, Resolved]) -> Resolved | None:
-    """The ``cache_dir`` setting when someone set it (a blank value counts as unset)."""
+def _configured(s: Mapping[str, Resolved]) -> tuple[Path, str] | None:
+    """The ``cache_dir`` setting and its source, when someone set it (blank counts as unset)."""
     setting = s["cache_dir"]
-    if setting.value is None or not str(setting.value).strip():
-        return None
-    return Resolved(str(setting.value).strip(), setting.source)
+    text = str(setting.value or "").strip()
+    return (Path(text), setting.source) if text else None
 
 
 def _from_runtime_env(
@@ -114,13 +113,11 @@ def resolve_cache_dir(
     or ``accept_home`` (a caller that stores only a few bytes there) allows it; otherwise a
     ConfigError listing what was tried."""
     home = _value(environ, "HOME")
-    configured = _configured(s)
-    if configured is not None:
-        path = Path(str(configured.value))
-        return CacheChoice(path, configured.source, is_under(path, home))
     tried: list[str] = []
-    found = _from_runtime_env(environ, home, exists, tried) or _from_scratch(
-        environ, home, exists, tried
+    found = (
+        _configured(s)
+        or _from_runtime_env(environ, home, exists, tried)
+        or _from_scratch(environ, home, exists, tried)
     )
     if found is not None:
         return CacheChoice(found[0], found[1], is_under(found[0], home))
