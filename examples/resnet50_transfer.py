@@ -93,6 +93,7 @@ import numpy as np  # noqa: E402
 import ctrain.distributed  # noqa: E402
 import ctrain.train.data  # noqa: E402
 from ctrain.errors import CtrainError  # noqa: E402
+from ctrain.settings import resolve  # noqa: E402
 
 ctx = ctrain.distributed.init()
 
@@ -113,7 +114,8 @@ def open_builder(args: argparse.Namespace) -> Any:
             fail(f"no {args.train_split}/ in {args.image_folder}: expected DIR/<split>/<class>/")
         return tfds.folder_dataset.ImageFolder(args.image_folder)
     try:  # the data dir and the error as `ctrain data` has them
-        where = ctrain.train.data.data_dir(args.data_dir, os.environ)
+        flags = {"data_dir": args.data_dir}
+        where = ctrain.train.data.data_dir(resolve(flags, os.environ, Path.cwd()), os.environ)
         prepared = ctrain.train.data.prepared_dir(args.dataset, where)
     except CtrainError as exc:
         fail(

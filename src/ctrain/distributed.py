@@ -60,7 +60,6 @@ class Context:
     placement: Launched
     strategy: Any  # tf.distribute.Strategy, or None under Horovod
     hvd: Any = None  # horovod.tensorflow.keras under Horovod
-    _scratch: list[str] = field(default_factory=list)
     _preemption: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -157,7 +156,6 @@ class Context:
             Path(path).mkdir(parents=True, exist_ok=True)
             return Path(path)
         scratch = tempfile.mkdtemp(prefix=f"ctrain-rank{self.rank}-")
-        self._scratch.append(scratch)
         atexit.register(shutil.rmtree, scratch, True)
         return Path(scratch)
 

@@ -133,10 +133,8 @@ def check_runtime(environ: Mapping[str, str]) -> Check:
 
 
 def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
-    configured = settings["cache_dir"]
-    flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
     try:
-        choice = cachedir.resolve_cache_dir(flag, environ, True, Path.exists)
+        choice = cachedir.resolve_cache_dir(settings, environ, accept_home=True)
     except CtrainError as exc:
         return Check("cache", "WARN", exc.message, exc.fix)
     needed = int(str(settings["min_free_gb"].value))

@@ -14,15 +14,36 @@ from ctrain.images.cachedir import (
     apptainer_env,
     ensure_dirs,
     is_under,
+    lock_dir,
     resolve_cache_dir,
 )
+from ctrain.settings import Resolved, resolve
 
 HOME = "/home/u"
 EXISTING = {Path(p) for p in ("/app-out", "/home/u/app", "/s", "/scratch/u")}
+NO_CONFIG = Path("/nonexistent-ctrain-test-cwd")  # no ./ctrain.toml there (nor in /home/u)
 
 
 def exists(path: Path) -> bool:
     return path in EXISTING
+
+
+def settings(
+    environ: dict[str, str],
+    flag: str | None = None,
+    allow_home: bool = False,
+    cwd: Path = NO_CONFIG,
+) -> dict[str, Resolved]:
+    """The settings as the CLI resolves them: ``flag`` as --cache-dir, ``allow_home`` as
+    --allow-home-cache, the config files from ``cwd`` and ``environ``."""
+    flags = {"cache_dir": flag, "allow_home_cache": True if allow_home else None}
+    return resolve(flags, environ, cwd)
+
+
+def choose(
+    environ: dict[str, str], flag: str | None = None, allow_home: bool = False
+) -> CacheChoice:
+    return resolve_cache_dir(settings(environ, flag, allow_home), environ, exists)
 
 
 def expected(
@@ -82,9 +103,9 @@ def test_precedence_truth_table(
     want = expected(flag, env, app, scratch, user, allow_home)
     if want is None:
         with pytest.raises(ConfigError):
-            resolve_cache_dir(flag, environ, allow_home, exists)
+            choose(environ, flag, allow_home)
         return
-    got = resolve_cache_dir(flag, environ, allow_home, exists)
+    got = choose(environ, flag, allow_home)
     assert (str(got.path), got.source) == want
     assert got.under_home == want[0].startswith(HOME + "/")
 
@@ -111,23 +132,65 @@ def test_precedence_truth_table(
     ],
 )
 def test_runtime_and_scratch_order(environ: dict[str, str], path: str, source: str) -> None:
-    got = resolve_cache_dir(None, {"HOME": HOME, **environ}, False, exists)
+    got = choose({"HOME": HOME, **environ})
     assert str(got.path) == path
     assert got.source == source
     assert not got.under_home
 
 
 def test_explicit_choices_under_home_are_kept_and_flagged() -> None:
-    got = resolve_cache_dir("/home/u/big", {"HOME": HOME}, False, exists)
+    got = choose({"HOME": HOME}, "/home/u/big")
     assert got == CacheChoice(Path("/home/u/big"), "flag", True)
-    got = resolve_cache_dir(None, {"HOME": HOME, "CTRAIN_CACHE_DIR": HOME}, False, exists)
+    got = choose({"HOME": HOME, "CTRAIN_CACHE_DIR": HOME})
     assert got.under_home
+
+
+def test_config_files_take_their_place_and_are_named(tmp_path: Path) -> None:
+    """flag > CTRAIN_CACHE_DIR > ./ctrain.toml > user config > the site rules, each reported
+    as its true source (a config file is never called "flag")."""
+    xdg = tmp_path / "xdg"
+    (xdg / "ctrain").mkdir(parents=True)
+    (xdg / "ctrain" / "config.toml").write_text('cache_dir = "/user"\n')
+    environ = {"HOME": HOME, "XDG_CONFIG_HOME": str(xdg), "SCRATCH": "/s"}
+
+    def got(environ: dict[str, str], flag: str | None = None) -> tuple[str, str]:
+        choice = resolve_cache_dir(settings(environ, flag, cwd=tmp_path), environ, exists)
+        return str(choice.path), choice.source
+
+    user = xdg / "ctrain" / "config.toml"
+    assert got(environ) == ("/user", f"file {user}:1")
+    (tmp_path / "ctrain.toml").write_text('# site\ncache_dir = "/project"\n')
+    assert got(environ) == ("/project", f"file {tmp_path / 'ctrain.toml'}:2")
+    assert got({**environ, "CTRAIN_CACHE_DIR": "/env"}) == ("/env", "env CTRAIN_CACHE_DIR")
+    assert got({**environ, "CTRAIN_CACHE_DIR": "/env"}, "/f") == ("/f", "flag")
+    (tmp_path / "ctrain.toml").write_text("allow_home_cache = true\n")
+    user.unlink()
+    assert got({"HOME": HOME}) == (f"{HOME}/.apptainer/cache", "$HOME default")
+
+
+def test_a_caller_storing_only_records_accepts_home() -> None:
+    environ = {"HOME": HOME}
+    with pytest.raises(ConfigError, match="needs --allow-home-cache"):
+        resolve_cache_dir(settings(environ), environ, exists)
+    got = resolve_cache_dir(settings(environ), environ, exists, accept_home=True)
+    assert got == CacheChoice(Path(HOME) / ".apptainer" / "cache", "$HOME default", True)
+
+
+def test_lock_dir_is_in_the_cache_dir_a_config_file_names(tmp_path: Path) -> None:
+    (tmp_path / "ctrain.toml").write_text(f'cache_dir = "{tmp_path / "cache"}"\n')
+    environ = {"HOME": str(tmp_path / "home")}
+    assert lock_dir(settings(environ, cwd=tmp_path), environ) == tmp_path / "cache" / "locks"
+    # Nothing configured: a lock is a few bytes, $HOME is fine without --allow-home-cache.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    home_cache = tmp_path / "home" / ".apptainer" / "cache"
+    assert lock_dir(settings(environ, cwd=empty), environ) == home_cache / "locks"
 
 
 def test_error_lists_every_choice_tried() -> None:
     environ = {"HOME": HOME, "APPTAINER_CACHEDIR": "/home/u/app", "SCRATCH": "/s-missing"}
     with pytest.raises(ConfigError) as raised:
-        resolve_cache_dir(None, environ, False, exists)
+        choose(environ)
     message = raised.value.message
     for part in (
         "APPTAINER_CACHEDIR=/home/u/app (under $HOME)",
@@ -144,7 +207,7 @@ def test_error_lists_every_choice_tried() -> None:
 
 def test_allow_home_without_home_is_refused() -> None:
     with pytest.raises(ConfigError, match="HOME unset"):
-        resolve_cache_dir(None, {}, True, exists)
+        choose({}, allow_home=True)
 
 
 def test_home_detection(tmp_path: Path) -> None:

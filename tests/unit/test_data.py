@@ -4,13 +4,18 @@ image folders scanned, and `data fetch` driving TFDS (a fake here: no network on
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from ctrain.cli import main
+from ctrain.distributed import Context, Launched
+from ctrain.launch.modes import Mode
+from ctrain.settings import resolve
 from ctrain.train import data
 from ctrain.train.data import DataError, DatasetName
 
@@ -32,11 +37,25 @@ def prepare(root: Path, *parts: str, splits: dict[str, int] | None = None) -> Pa
 
 
 def test_data_dir_precedence(tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path), "TFDS_DATA_DIR": "/tfds", "CTRAIN_DATA_DIR": "/ctrain"}
-    assert data.data_dir("/flag", env) == Path("/flag")
-    assert data.data_dir(None, env) == Path("/ctrain")
-    assert data.data_dir(None, {"HOME": str(tmp_path), "TFDS_DATA_DIR": "/tfds"}) == Path("/tfds")
-    assert data.data_dir(None, {"HOME": str(tmp_path)}) == tmp_path / "tensorflow_datasets"
+    """flag > CTRAIN_DATA_DIR > ./ctrain.toml > user config > TFDS_DATA_DIR >
+    ~/tensorflow_datasets."""
+    home = tmp_path / "home"
+    (home / ".config" / "ctrain").mkdir(parents=True)
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def where(flag: str | None, **environ: str) -> Path:
+        environ = {"HOME": str(home), **environ}
+        return data.data_dir(resolve({"data_dir": flag}, environ, project), environ)
+
+    assert where(None) == home / "tensorflow_datasets"
+    assert where(None, TFDS_DATA_DIR="/tfds") == Path("/tfds")
+    (home / ".config" / "ctrain" / "config.toml").write_text('data_dir = "/user"\n')
+    assert where(None, TFDS_DATA_DIR="/tfds") == Path("/user")
+    (project / "ctrain.toml").write_text('data_dir = "~/project"\n')
+    assert where(None, TFDS_DATA_DIR="/tfds") == home / "project"
+    assert where(None, CTRAIN_DATA_DIR="/ctrain") == Path("/ctrain")
+    assert where("/flag", CTRAIN_DATA_DIR="/ctrain") == Path("/flag")
 
 
 @pytest.mark.parametrize(
@@ -182,8 +201,10 @@ class FakeTfds:
             fake.calls.append(("builder", (name, data_dir)))
             return Builder(name, data_dir)
 
-        def builder_from_directory(path: str) -> None:
+        def builder_from_directory(path: str) -> Any:
             fake.calls.append(("builder_from_directory", path))
+            info = SimpleNamespace(supervised_keys=None, features={})
+            return SimpleNamespace(info=info, as_dataset=lambda split, **_: f"{split} of {path}")
 
         self.builder = builder
         self.builder_from_directory = builder_from_directory
@@ -237,6 +258,36 @@ def test_data_cli_fetch_and_show(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert f"ctx.load_dataset('mnist', 'train', data_dir='{tmp_path / 'dd'}')" in result.output
     shown = CliRunner().invoke(main, ["data", "show", "mnist", "--json"], catch_exceptions=False)
     assert json.loads(shown.output)["splits"] == {"train": 3}
+
+
+@pytest.mark.parametrize("configured_by", ["ctrain.toml", "CTRAIN_DATA_DIR"])
+def test_data_fetch_and_load_dataset_agree(
+    configured_by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ctrain data fetch` prepares a dataset where `ctx.load_dataset` then reads it, when the
+    data directory comes from ./ctrain.toml or from CTRAIN_DATA_DIR (neither is told it)."""
+    fake = FakeTfds()
+    real_fetch = data.fetch
+    monkeypatch.setattr(data, "fetch", lambda *a, **k: real_fetch(*a, **k, tfds_module=fake))
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake)  # load's TFDS: no TF here
+    for name in ("CTRAIN_DATA_DIR", "TFDS_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    where = tmp_path / "datasets"
+    if configured_by == "ctrain.toml":
+        (tmp_path / "ctrain.toml").write_text(f'data_dir = "{where}"\n')
+    else:
+        monkeypatch.setenv("CTRAIN_DATA_DIR", str(where))
+
+    fetched = CliRunner().invoke(main, ["data", "fetch", "mnist", "--json"])
+    assert fetched.exit_code == 0, fetched.output
+    prepared = json.loads(fetched.stdout)["path"]
+    assert prepared == str(where / "mnist" / "3.0.1")
+
+    ctx = Context(Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600), strategy=None)
+    assert ctx.load_dataset("mnist", "train") == f"train of {prepared}"
 
 
 def test_data_cli_missing_dataset_is_one_line(tmp_path: Path) -> None:

@@ -290,7 +290,7 @@ def test_cache_dir_from_the_config_file(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     check = cache_check(env, tmp_path)
     assert check.status == "PASS"
-    assert check.detail.startswith(str(tmp_path / "site"))
+    assert check.detail.startswith(f"{tmp_path / 'site'} (file {tmp_path / 'ctrain.toml'}:1), ")
 
 
 def test_tmp(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ ctrain hands it, the exec (same pid, exit code passed through) and the cache pla
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,42 @@ def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -
     assert first.endswith("ctrain launch -- echo 'a b'")
     assert "  env SLURM_JOB_ID=7" in done.stdout.splitlines()
     assert not Path(fake["FAKE_APPTAINER_LOG"]).exists()
+
+
+def test_dry_run_shows_the_cache_variables_the_exec_gets(
+    fake: dict[str, str], tmp_path: Path
+) -> None:
+    """--dry-run prints the exact argv and every variable ctrain sets: the Apptainer cache
+    (here from ./ctrain.toml) included; the exec then gets exactly those."""
+    args = ["exec", "docker://example/img:1", "--", "true"]
+    refused = ctrain(["exec", "--dry-run", *args[1:]], fake, tmp_path)
+    assert refused.returncode != 0 and "CTRAIN_CACHE_DIR" in refused.stderr  # decided in planning
+
+    cache = tmp_path / "scratch" / "cache"
+    (tmp_path / "ctrain.toml").write_text(f'cache_dir = "{cache}"\nmin_free_gb = 1\n')
+    shown = ctrain(["exec", "--dry-run", *args[1:]], fake, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    runtime_env = dict(
+        shlex.split(line.removeprefix("  runtime env "))[0].split("=", 1)
+        for line in lines
+        if line.startswith("  runtime env ")
+    )
+    assert runtime_env == {
+        "APPTAINER_CACHEDIR": str(cache),
+        "APPTAINER_TMPDIR": str(cache / "tmp"),
+        "SINGULARITY_CACHEDIR": str(cache),
+        "SINGULARITY_TMPDIR": str(cache / "tmp"),
+    }
+    assert not cache.exists() and not Path(fake["FAKE_APPTAINER_LOG"]).exists()  # nothing ran
+
+    done = ctrain(args, fake, tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = record(fake)
+    assert got["argv"] == shlex.split(lines[0])[1:]
+    env = got["env"]
+    assert isinstance(env, dict)
+    assert {key: env[key] for key in runtime_env} == runtime_env
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ BATCH = {
     "SLURM_JOB_GPUS": "0,1",
 }
 
-EMPTY_SLURM = SlurmEnv(None, None, None, None, None, None, None, (), (), None, 0)
+EMPTY_SLURM = SlurmEnv(None, None, None, None, None, None, None, (), (), None)
 NO_MPI = MpiEnv(None, None, None, None, None)
 
 
@@ -75,7 +75,7 @@ def test_outside_everything() -> None:
 
 def test_srun_one_node() -> None:
     env = JobEnv.from_environ(SRUN_ONE_NODE, "gpu01")
-    assert env.slurm == SlurmEnv("4242", "0", 1, 1, 0, 2, 2, ("gpu01",), (2,), 8, 0)
+    assert env.slurm == SlurmEnv("4242", "0", 1, 1, 0, 2, 2, ("gpu01",), (2,), 8)
     assert env.slurm.in_job and env.slurm.in_step
     assert env.mpi == NO_MPI
     assert env.gpus == GpuEnv(("0", "1"), "CUDA_VISIBLE_DEVICES")
@@ -84,13 +84,13 @@ def test_srun_one_node() -> None:
 
 def test_srun_two_nodes_uses_step_nodes() -> None:
     slurm = SlurmEnv.from_environ(SRUN_TWO_NODES)
-    assert slurm == SlurmEnv("4242", "3", 3, 1, 1, 4, 4, ("gpu01", "gpu02"), (2, 2), 8, 2)
+    assert slurm == SlurmEnv("4242", "3", 3, 1, 1, 4, 4, ("gpu01", "gpu02"), (2, 2), 8)
     assert slurm.in_step
 
 
 def test_batch_script_is_not_a_step() -> None:
     env = JobEnv.from_environ(BATCH, "gpu01")
-    assert env.slurm == SlurmEnv("4242", None, 0, 0, 0, 4, None, ("gpu01", "gpu02"), (2, 2), 8, 0)
+    assert env.slurm == SlurmEnv("4242", None, 0, 0, 0, 4, None, ("gpu01", "gpu02"), (2, 2), 8)
     assert env.slurm.in_job and not env.slurm.in_step
     assert env.gpus == GpuEnv(("0", "1"), "SLURM_JOB_GPUS")
 
@@ -205,7 +205,6 @@ INT_VARS = [
     "SLURM_NPROCS",
     "SLURM_STEP_NUM_TASKS",
     "SLURM_CPUS_PER_TASK",
-    "SLURM_RESTART_COUNT",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -230,6 +229,12 @@ def test_integer_variables_refuse_non_integers(name: str, value: str) -> None:
         JobEnv.from_environ(environ, "h")
     assert f"{name}={value!r}" in caught.value.message
     assert name in caught.value.fix
+
+
+def test_a_malformed_restart_count_does_not_fail_a_launch() -> None:
+    """SLURM_RESTART_COUNT is for the job script and the checkpoint manifest, not the launch."""
+    slurm = SlurmEnv.from_environ({**SRUN_TWO_NODES, "SLURM_RESTART_COUNT": "abc"})
+    assert slurm == SlurmEnv.from_environ(SRUN_TWO_NODES)
 
 
 @pytest.mark.parametrize(

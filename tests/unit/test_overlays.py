@@ -219,7 +219,9 @@ HOLD_THEN_EXEC = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from ctrain.images import overlay
-    fd = overlay.acquire_rw_lock(Path(sys.argv[1]), f"pid {os.getpid()} on node7, job 77")
+    fd = overlay.acquire_rw_lock(
+        Path(sys.argv[1]), f"pid {os.getpid()} on node7, job 77", lock_dir=lambda: sys.exit(9)
+    )
     print(fd, flush=True)
     os.execvp("sleep", ["sleep", "120"])
     """
@@ -231,6 +233,11 @@ def _wait_exec(pid: int) -> None:
     while Path(f"/proc/{pid}/comm").read_text().strip() != "sleep":
         assert time.monotonic() < end, "the holder never exec'd"
         time.sleep(0.02)
+
+
+def no_fallback() -> Path:
+    """The fallback lock directory, asked for only when the overlay's own is read-only."""
+    raise AssertionError("asked for the fallback lock directory of a writable one")
 
 
 @pytest.fixture
@@ -248,7 +255,7 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
         assert holder.stdout is not None and holder.stdout.readline().strip().isdigit()
         _wait_exec(holder.pid)
         with pytest.raises(LaunchError) as info:
-            overlay.acquire_rw_lock(overlay_file, "me")
+            overlay.acquire_rw_lock(overlay_file, "me", lock_dir=no_fallback)
         error = info.value
         assert error.exit_code == 4
         assert f"in use read-write by pid {holder.pid} on node7, job 77" in error.message
@@ -257,7 +264,7 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
     finally:
         holder.kill()
         holder.wait()
-    fd = overlay.acquire_rw_lock(overlay_file, "me now")
+    fd = overlay.acquire_rw_lock(overlay_file, "me now", lock_dir=no_fallback)
     try:
         assert os.get_inheritable(fd)
         assert (overlay_file.parent / "o.img.lock").read_text().strip() == "me now"
@@ -268,14 +275,15 @@ def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> No
 def test_two_names_of_one_overlay_share_the_lock(overlay_file: Path) -> None:
     link = overlay_file.parent / "link.img"
     link.symlink_to(overlay_file)
-    fd = overlay.acquire_rw_lock(overlay_file, "first")
+    fd = overlay.acquire_rw_lock(overlay_file, "first", lock_dir=no_fallback)
     try:
         child = subprocess.run(
             [
                 sys.executable,
                 "-c",
                 "import sys; from pathlib import Path; from ctrain.images import "
-                "overlay; overlay.acquire_rw_lock(Path(sys.argv[1]), 'second')",
+                "overlay; overlay.acquire_rw_lock(Path(sys.argv[1]), 'second', "
+                "lock_dir=lambda: sys.exit(9))",
                 str(link),
             ],
             capture_output=True,
@@ -290,7 +298,7 @@ def test_two_names_of_one_overlay_share_the_lock(overlay_file: Path) -> None:
 def test_an_empty_holder_is_described() -> None:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "o.img"
-        fd = overlay.acquire_rw_lock(path, "", environ={"SLURM_JOB_ID": "5"})
+        fd = overlay.acquire_rw_lock(path, "", lock_dir=no_fallback, environ={"SLURM_JOB_ID": "5"})
         try:
             text = (Path(directory) / "o.img.lock").read_text()
             assert text.startswith("ctrain, pid ") and "Slurm job 5" in text
@@ -308,10 +316,13 @@ TRY_LOCK = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from ctrain.images import overlay
+    from ctrain.images import cachedir, overlay
     from ctrain.errors import LaunchError
+    from ctrain.settings import resolve
+    s = resolve({}, os.environ, Path.cwd())
     try:
-        fd = overlay.acquire_rw_lock(Path(sys.argv[1]), sys.argv[2])
+        lock_dir = lambda: cachedir.lock_dir(s, os.environ)
+        fd = overlay.acquire_rw_lock(Path(sys.argv[1]), sys.argv[2], lock_dir=lock_dir)
     except LaunchError as exc:
         print("refused:", exc.line(), flush=True)
         sys.exit(0)
@@ -337,7 +348,7 @@ def shared_dir() -> Iterator[Path]:
 
 def test_read_only_directory_locks_in_the_cache(shared_dir: Path) -> None:
     """The overlay's directory is not writable (for root: run as nobody): the lock lives in
-    CACHE/locks, and still excludes a second user."""
+    CACHE/locks, CACHE as ./ctrain.toml names it, and still excludes a second user."""
     readonly = shared_dir / "ro"
     readonly.mkdir()
     (readonly / "o.img").write_bytes(b"")
@@ -351,16 +362,23 @@ def test_read_only_directory_locks_in_the_cache(shared_dir: Path) -> None:
         prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
         os.chown(cache, 65534, 65534)
     readonly.chmod(0o555)
-    env = {**os.environ, "CTRAIN_CACHE_DIR": str(cache), "HOME": str(shared_dir)}
+    (shared_dir / "ctrain.toml").write_text(f'cache_dir = "{cache}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRAIN_")}
+    env.update(HOME=str(shared_dir), XDG_CONFIG_HOME=str(shared_dir / "xdg"))
     argv = [*prefix, sys.executable, "-c", TRY_LOCK, str(readonly / "o.img")]
     first = subprocess.Popen(
-        [*argv, "first holder"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [*argv, "first holder"],
+        env=env,
+        cwd=shared_dir,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert first.stdout is not None
         assert first.stdout.readline().strip() == "locked"
         second = subprocess.run(
-            [*argv, "second"], env=env, capture_output=True, text=True, timeout=60
+            [*argv, "second"], env=env, cwd=shared_dir, capture_output=True, text=True, timeout=60
         )
         assert "refused:" in second.stdout and "in use read-write by first holder" in second.stdout
         locks = list((cache / "locks").iterdir())

@@ -12,11 +12,10 @@ from ctrain.cli._options import setting_option, settings_from
 
 
 def _where(flag: str | None) -> Path:
-    """flag > CTRAIN_DATA_DIR > config file > TFDS_DATA_DIR > ~/tensorflow_datasets."""
+    """The data directory, as ``ctx.load_dataset`` finds it too."""
     from ctrain.train.data import data_dir
 
-    value = settings_from({"data_dir": flag})["data_dir"].value
-    return data_dir(str(value) if value else None, os.environ)
+    return data_dir(settings_from({"data_dir": flag}), os.environ)
 
 
 def _report(prepared: Path, where: Path, as_json: bool) -> None:

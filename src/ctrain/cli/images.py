@@ -35,11 +35,7 @@ def _say(line: str) -> None:
 def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> cachedir.CacheChoice:
     """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
     lives in the engine's store) accepts $HOME without --allow-home-cache."""
-    configured = s["cache_dir"]
-    # From the environment, resolve_cache_dir reads CTRAIN_CACHE_DIR itself (and names it).
-    flag = str(configured.value) if configured.source.startswith(("flag", "file")) else None
-    allow_home = small or bool(s["allow_home_cache"].value)
-    return cachedir.resolve_cache_dir(flag, os.environ, allow_home, Path.exists)
+    return cachedir.resolve_cache_dir(s, os.environ, accept_home=small)
 
 
 def _runtime(requested: str) -> tuple[str, str]:

@@ -1,7 +1,13 @@
-"""From settings to one runtime invocation, and running it in place of ctrain."""
+"""From settings to one complete runtime invocation, and running it in place of ctrain.
+
+``plan`` decides everything the exec will get, the Apptainer cache variables included, so
+``--dry-run`` prints exactly what ``run`` execs; ``run`` only creates and checks the cache
+directory and takes the overlay lock before it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -49,30 +55,31 @@ def plan(
     )
     gpus = GpuEnv.from_environ(environ).visible
     extra = tuple(binds) if isinstance(binds, tuple) else ()
-    return plan_invocation(request, environ, lambda name: proc.which(name, environ), gpus, extra)
-
-
-def _apptainer_cache(
-    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
-) -> dict[str, str]:
-    """A remote image is pulled implicitly: its cache goes where ctrain's settings say."""
-    if invocation.runtime not in SIF_RUNTIMES:
-        return {}
-    if Path(invocation.spec.image).is_file():
-        return {}
-    cache_dir = s["cache_dir"].value
-    choice = cachedir.resolve_cache_dir(
-        str(cache_dir) if cache_dir else None,
-        environ,
-        bool(s["allow_home_cache"].value),
-        Path.exists,
+    invocation = plan_invocation(
+        request, environ, lambda name: proc.which(name, environ), gpus, extra
     )
-    cachedir.ensure_dirs(choice)
-    fs.check_free(choice.path, int(str(s["min_free_gb"].value)))
-    return cachedir.apptainer_env(choice)
+    return _with_apptainer_cache(invocation, s, environ)
 
 
-def _hold_overlay_lock(invocation: Invocation) -> None:
+def _with_apptainer_cache(
+    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
+) -> Invocation:
+    """A remote image is pulled implicitly by apptainer: its cache and tmp go where ctrain's
+    settings say, and the invocation carries those variables (and the directory to prepare)."""
+    if invocation.runtime not in SIF_RUNTIMES:
+        return invocation
+    if Path(invocation.spec.image).is_file():
+        return invocation
+    choice = cachedir.resolve_cache_dir(s, environ)
+    added = cachedir.apptainer_env(choice)
+    return dataclasses.replace(
+        invocation, env={**invocation.env, **added}, runtime_env=added, cache=choice
+    )
+
+
+def _hold_overlay_lock(
+    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
+) -> None:
     """A read-write overlay is locked for the life of the container process (the fd survives
     the exec)."""
     overlay = invocation.spec.overlay
@@ -81,11 +88,19 @@ def _hold_overlay_lock(invocation: Invocation) -> None:
     from ctrain.images import overlay as overlays
 
     holder = f"pid {os.getpid()} on {socket.gethostname()}"
-    job = os.environ.get("SLURM_JOB_ID")
-    overlays.acquire_rw_lock(Path(overlay.path), holder + (f", job {job}" if job else ""))
+    job = environ.get("SLURM_JOB_ID")
+    overlays.acquire_rw_lock(
+        Path(overlay.path),
+        holder + (f", job {job}" if job else ""),
+        lock_dir=lambda: cachedir.lock_dir(s, environ),
+        environ=environ,
+    )
 
 
 def run(invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]) -> NoReturn:
-    env = {**invocation.env, **_apptainer_cache(invocation, s, environ)}
-    _hold_overlay_lock(invocation)
-    proc.exec_replace(invocation.argv, env)
+    """Create and check the cache directory, take the overlay lock, then exec the invocation."""
+    if invocation.cache is not None:
+        cachedir.ensure_dirs(invocation.cache)
+        fs.check_free(invocation.cache.path, int(str(s["min_free_gb"].value)))
+    _hold_overlay_lock(invocation, s, environ)
+    proc.exec_replace(invocation.argv, invocation.env)

@@ -1,7 +1,7 @@
 """``ctrain cache info`` and ``ctrain cache clean``: what is in the cache directory, and removing
 what has not changed for a while.
 
-The cache directory (``cachedirs.resolve_cache_dir``) holds Apptainer's own cache and ``tmp/``,
+The cache directory (``cachedir.resolve_cache_dir``) holds Apptainer's own cache and ``tmp/``,
 ctrain's pulled SIF files in ``images/`` (each with its ``.json`` sidecar) and the sidecars of
 docker/podman pulls in ``docker/``.
 

@@ -1,7 +1,8 @@
 """Where Apptainer keeps its image cache and temporary files: never $HOME unless asked.
 
-``resolve_cache_dir`` is a pure decision over the environment passed in and an injected
-``exists``; ``ensure_dirs`` is the small function that touches the filesystem (free space:
+``resolve_cache_dir`` is the one place the cache directory is decided (``lock_dir`` is inside
+it): a pure decision over the resolved settings, the environment passed in and an injected
+``exists``. ``ensure_dirs`` is the small function that touches the filesystem (free space:
 ``ctrain.util.fs``).
 """
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
+from ctrain.settings import Resolved
 
-CACHE_ENV = "CTRAIN_CACHE_DIR"
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")
 SCRATCH_ENVS = ("SCRATCH", "WORK")
 HOME_DEFAULT = Path(".apptainer") / "cache"
@@ -24,7 +25,7 @@ NO_CACHE_FIX = "set CTRAIN_CACHE_DIR to a directory on scratch, or pass --allow-
 @dataclass(frozen=True)
 class CacheChoice:
     path: Path
-    source: str  # "flag", "env CTRAIN_CACHE_DIR", "scratch $SCRATCH", "$HOME default", ...
+    source: str  # "flag", "env CTRAIN_CACHE_DIR", "file PATH:LINE", "scratch $SCRATCH", ...
     under_home: bool
 
     @property
@@ -48,28 +49,17 @@ def is_under(path: Path, home: str | None) -> bool:
     return path.resolve(strict=False).is_relative_to(root)
 
 
-def resolve_cache_dir(
-    flag: str | None,
-    environ: Mapping[str, str],
-    allow_home: bool,
-    exists: Callable[[Path], bool],
-) -> CacheChoice:
-    """The cache directory: flag > CTRAIN_CACHE_DIR > an existing APPTAINER_CACHEDIR (or
-    SINGULARITY_CACHEDIR) outside $HOME > $SCRATCH/ctrain, $WORK/ctrain, /scratch/$USER/ctrain
-    (the first whose parent exists and is outside $HOME) > $HOME/.apptainer/cache with
-    ``allow_home``; otherwise a ConfigError listing what was tried."""
-    home = _value(environ, "HOME")
+def _configured(s: Mapping[str, Resolved]) -> tuple[Path, str] | None:
+    """The ``cache_dir`` setting and its source, when someone set it (blank counts as unset)."""
+    setting = s["cache_dir"]
+    text = str(setting.value or "").strip()
+    return (Path(text), setting.source) if text else None
 
-    def choice(path: Path, source: str) -> CacheChoice:
-        return CacheChoice(path, source, is_under(path, home))
 
-    if flag and flag.strip():
-        return choice(Path(flag.strip()), "flag")
-    explicit = _value(environ, CACHE_ENV)
-    if explicit:
-        return choice(Path(explicit), f"env {CACHE_ENV}")
-
-    tried: list[str] = []
+def _from_runtime_env(
+    environ: Mapping[str, str], home: str | None, exists: Callable[[Path], bool], tried: list[str]
+) -> tuple[Path, str] | None:
+    """An existing APPTAINER_CACHEDIR (or SINGULARITY_CACHEDIR) outside $HOME."""
     for name in RUNTIME_CACHE_ENVS:
         value = _value(environ, name)
         if value is None:
@@ -80,8 +70,15 @@ def resolve_cache_dir(
         elif is_under(path, home):
             tried.append(f"{name}={value} (under $HOME)")
         else:
-            return choice(path, f"env {name}")
+            return path, f"env {name}"
+    return None
 
+
+def _from_scratch(
+    environ: Mapping[str, str], home: str | None, exists: Callable[[Path], bool], tried: list[str]
+) -> tuple[Path, str] | None:
+    """$SCRATCH/ctrain, $WORK/ctrain, /scratch/$USER/ctrain: the first whose parent exists and
+    is outside $HOME."""
     user = _value(environ, "USER") or _value(environ, "LOGNAME")
     candidates = [(f"${name}", name, _value(environ, name)) for name in SCRATCH_ENVS]
     candidates.append(("/scratch/$USER", "USER", f"/scratch/{user}" if user else None))
@@ -95,18 +92,49 @@ def resolve_cache_dir(
         elif is_under(path, home):
             tried.append(f"{path} (under $HOME)")
         else:
-            return choice(path, f"scratch {label}")
+            return path, f"scratch {label}"
+    return None
 
+
+def resolve_cache_dir(
+    s: Mapping[str, Resolved],
+    environ: Mapping[str, str],
+    exists: Callable[[Path], bool] = Path.exists,
+    *,
+    accept_home: bool = False,
+) -> CacheChoice:
+    """The cache directory and its true source, the one precedence every caller uses:
+    the ``cache_dir`` setting (``--cache-dir`` > CTRAIN_CACHE_DIR > ./ctrain.toml > the user
+    config, as ``s`` resolved it) > an existing APPTAINER_CACHEDIR (or SINGULARITY_CACHEDIR)
+    outside $HOME > $SCRATCH/ctrain, $WORK/ctrain, /scratch/$USER/ctrain (the first whose parent
+    exists and is outside $HOME) > $HOME/.apptainer/cache when the ``allow_home_cache`` setting
+    or ``accept_home`` (a caller that stores only a few bytes there) allows it; otherwise a
+    ConfigError listing what was tried."""
+    home = _value(environ, "HOME")
+    tried: list[str] = []
+    found = (
+        _configured(s)
+        or _from_runtime_env(environ, home, exists, tried)
+        or _from_scratch(environ, home, exists, tried)
+    )
+    if found is not None:
+        return CacheChoice(found[0], found[1], is_under(found[0], home))
+    allow_home = accept_home or bool(s["allow_home_cache"].value)
     if allow_home and home:
-        return choice(Path(home) / HOME_DEFAULT, "$HOME default")
-    if allow_home:
-        tried.append("$HOME/.apptainer/cache (HOME unset)")
-    else:
-        tried.append("$HOME/.apptainer/cache (needs --allow-home-cache)")
+        path = Path(home) / HOME_DEFAULT
+        return CacheChoice(path, "$HOME default", is_under(path, home))
+    why = "HOME unset" if allow_home else "needs --allow-home-cache"
+    tried.append(f"$HOME/.apptainer/cache ({why})")
     raise ConfigError(
         "no directory for the Apptainer cache outside $HOME; tried: " + "; ".join(tried),
         NO_CACHE_FIX,
     )
+
+
+def lock_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+    """Where a lock goes when the directory of what it locks is read-only: ``locks/`` in the
+    cache directory (under $HOME too: a lock file holds one line)."""
+    return resolve_cache_dir(s, environ, accept_home=True).path / "locks"
 
 
 def apptainer_env(choice: CacheChoice) -> dict[str, str]:

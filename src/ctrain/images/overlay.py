@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Literal
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.images import cachedir
 from ctrain.util import fs, locks, proc
 
 MIB = 1024**2
@@ -260,14 +259,7 @@ def fallback_lock_file(overlay: Path, lock_dir: Path) -> Path:
     return lock_dir / f"overlay-{key}-{overlay.name}.lock"
 
 
-def default_lock_dir(environ: Mapping[str, str]) -> Path:
-    choice = cachedir.resolve_cache_dir(None, environ, True, Path.exists)
-    return choice.path / "locks"
-
-
-def _open_lock(
-    overlay: Path, environ: Mapping[str, str], lock_dir: Path | None
-) -> tuple[int, Path]:
+def _open_lock(overlay: Path, lock_dir: Callable[[], Path]) -> tuple[int, Path]:
     primary = lock_file_for(overlay)
     try:
         return locks.open_lock(primary), primary
@@ -276,7 +268,7 @@ def _open_lock(
             raise ConfigError(
                 f"cannot open the lock file {primary}: {exc.strerror}", f"check {overlay.parent}"
             ) from exc
-    directory = lock_dir if lock_dir is not None else default_lock_dir(environ)
+    directory = lock_dir()
     fallback = fallback_lock_file(overlay, directory)
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -292,18 +284,18 @@ def acquire_rw_lock(
     path: Path,
     holder: str,
     *,
+    lock_dir: Callable[[], Path],
     environ: Mapping[str, str] | None = None,
-    lock_dir: Path | None = None,
 ) -> int:
     """Lock overlay ``path`` for one read-write user; return the lock's fd, inheritable.
 
     The lock lasts while any process holds the fd: keep it open across ``os.execvpe``. A second
     user gets a LaunchError naming ``holder`` of the first (what it wrote into the lock file)
-    and suggesting ``:ro``. ``lock_dir``: where to lock when ``path``'s directory is read-only
-    (default: ``locks/`` in the cache directory)."""
+    and suggesting ``:ro``. ``lock_dir`` gives the directory to lock in when ``path``'s own is
+    read-only (``cachedir.lock_dir``); it is asked only then."""
     env = os.environ if environ is None else environ
     overlay = path.expanduser().resolve()
-    fd, _ = _open_lock(overlay, env, lock_dir)
+    fd, _ = _open_lock(overlay, lock_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

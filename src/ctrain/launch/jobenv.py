@@ -108,7 +108,6 @@ class SlurmEnv:
     nodes: tuple[str, ...]
     tasks_per_node: tuple[int, ...]
     cpus_per_task: int | None
-    restart_count: int
 
     @property
     def in_job(self) -> bool:
@@ -139,7 +138,6 @@ class SlurmEnv:
             nodes=tuple(expand_hostlist(nodelist[1], nodelist[0])) if nodelist else (),
             tasks_per_node=tuple(expand_tasks_per_node(tasks[1], tasks[0])) if tasks else (),
             cpus_per_task=_int(environ, "SLURM_CPUS_PER_TASK"),
-            restart_count=_int(environ, "SLURM_RESTART_COUNT") or 0,
         )
         _check_slurm(env, nodelist, tasks)
         return env

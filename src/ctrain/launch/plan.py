@@ -65,7 +65,6 @@ class Plan:
     mode: Mode
     place: Placement
     hosts: tuple[str, ...]  # the job's nodes, in Slurm's order
-    worker_hosts: tuple[str, ...]  # the node of each rank (multiworker), by rank
     ports: tuple[int, ...]  # the port of each rank (multiworker), by rank
     gpus: tuple[str, ...]  # the GPUs this rank uses
     collective: str
@@ -259,7 +258,7 @@ def make_plan(
     env_set, env_unset = _environment(
         environ, options, mode, place, pinned, collective, tf_config, hosts, slurm.cpus_per_task
     )
-    return Plan(mode, place, hosts, by_rank, ports, gpus, collective, tf_config, env_set, env_unset)
+    return Plan(mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset)
 
 
 def child_environ(environ: Mapping[str, str], plan: Plan) -> dict[str, str]:

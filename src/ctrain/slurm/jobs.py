@@ -190,13 +190,17 @@ def resolve(request: JobRequest, text: str) -> Resolved:
     return _checked(values)
 
 
-def _checked(v: Resolved) -> Resolved:
+def _check_command(v: Resolved) -> None:
     if not v.command or not any(v.command):
         raise JobRequestError(
             "no training command", "put it after --: ctrain job render MODE -- python train.py"
         )
     if any("\0" in arg for arg in v.command) or "\0" in v.image or "\n" in v.image:
         raise JobRequestError("a NUL or newline in the command or image", "remove it")
+
+
+def _tasks_per_node(v: Resolved) -> int:
+    """Nodes, GPUs and tasks checked together against the mode; the tasks per node they give."""
     if v.nodes < 1:
         raise JobRequestError(f"--nodes {v.nodes}: a job needs at least one node", "--nodes 1")
     if v.mode in ONE_NODE_JOB_MODES and v.nodes != 1:
@@ -236,6 +240,11 @@ def _checked(v: Resolved) -> Resolved:
         tasks = 1  # CPU-only: one rank per node unless asked
     if tasks < 1 or v.cpus_per_task < 1:
         raise JobRequestError("--tasks-per-node and --cpus-per-task must be at least 1", "")
+    return tasks
+
+
+def _check_limits(v: Resolved) -> None:
+    """Memory, time limit and the warning signal before it."""
     if not _MEM.fullmatch(v.mem):
         raise JobRequestError(
             f"--mem {v.mem!r} is not a Slurm memory size", "give a number with K, M, G or T: 32G"
@@ -252,6 +261,10 @@ def _checked(v: Resolved) -> Resolved:
             f"job starts (--time {v.time} is {seconds} s)",
             "ask for more time (--time) or an earlier warning (--signal-seconds)",
         )
+
+
+def _check_names(v: Resolved) -> None:
+    """Values sbatch and the script read as words: job name, partition, account, runtime, image."""
     _check_word("job-name", v.job_name, _WORD, "use letters, digits, . _ + - (ctrain-resnet50)")
     for option, value in (("partition", v.partition), ("account", v.account)):
         if value is not None:
@@ -262,6 +275,13 @@ def _checked(v: Resolved) -> Resolved:
         )
     if not v.image:
         raise JobRequestError("an empty --image", "name the image, or use --runtime host")
+
+
+def _checked(v: Resolved) -> Resolved:
+    _check_command(v)
+    tasks = _tasks_per_node(v)
+    _check_limits(v)
+    _check_names(v)
     return replace(v, tasks_per_node=tasks)
 
 

@@ -7,8 +7,10 @@ own download and preparation; ``import_folder`` makes one from a class-per-subdi
 folder; ``load`` reads one with ``tfds.builder_from_directory``, which needs neither the
 dataset's builder code nor the network.
 
-The data directory: ``--data-dir`` > ``CTRAIN_DATA_DIR`` > ``TFDS_DATA_DIR`` >
-``~/tensorflow_datasets``. TensorFlow and TFDS are imported only when data is read or written.
+The data directory, decided by ``data_dir`` alone for ``ctrain data`` and ``ctx.load_dataset``:
+the ``data_dir`` setting (``--data-dir`` or ``load``'s ``directory`` > ``CTRAIN_DATA_DIR`` >
+``./ctrain.toml`` > the user config) > ``TFDS_DATA_DIR`` > ``~/tensorflow_datasets``.
+TensorFlow and TFDS are imported only when data is read or written.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrain.errors import CtrainError
+from ctrain.settings import Resolved, resolve
 
-ENV_DATA_DIR = "CTRAIN_DATA_DIR"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 SPLIT_NAMES = ("train", "validation", "test")
 INFO = "dataset_info.json"
@@ -36,12 +38,22 @@ class DataError(CtrainError):
     exit_code = 2
 
 
-def data_dir(flag: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path:
-    """The data directory: the flag, CTRAIN_DATA_DIR, TFDS_DATA_DIR, ~/tensorflow_datasets."""
-    for value in (flag, environ.get(ENV_DATA_DIR), environ.get("TFDS_DATA_DIR")):
+def data_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+    """The data directory: the ``data_dir`` setting as ``s`` resolved it (flag >
+    CTRAIN_DATA_DIR > ./ctrain.toml > user config), else TFDS_DATA_DIR, else
+    ~/tensorflow_datasets."""
+    for value in (s["data_dir"].value, environ.get("TFDS_DATA_DIR")):
         if value:
-            return Path(value).expanduser()
-    return Path(environ.get("HOME", "~")).expanduser() / "tensorflow_datasets"
+            return _expand_home(str(value), environ)
+    return _expand_home("~/tensorflow_datasets", environ)
+
+
+def _expand_home(text: str, environ: Mapping[str, str]) -> Path:
+    """``~`` as ``environ``'s HOME (``~user`` and an unset HOME as the system says)."""
+    home = environ.get("HOME")
+    if home and (text == "~" or text.startswith("~/")):
+        return Path(home + text[1:])
+    return Path(text).expanduser()
 
 
 @dataclass(frozen=True)
@@ -122,9 +134,12 @@ def load(
     **as_dataset: Any,
 ) -> Any:
     """``split`` of the prepared dataset ``name`` as a tf.data.Dataset, read from the data
-    directory only (never the network). ``as_supervised`` gives (input, label) pairs, from the
-    dataset's supervised keys or, for imported folders, (image, label)."""
-    where = data_dir(directory, os.environ if environ is None else environ)
+    directory only (never the network): ``directory``, else the one ``ctrain data`` uses.
+    ``as_supervised`` gives (input, label) pairs, from the dataset's supervised keys or, for
+    imported folders, (image, label)."""
+    env = os.environ if environ is None else environ
+    flags = {"data_dir": os.fspath(directory) if directory else None}
+    where = data_dir(resolve(flags, env, Path.cwd()), env)
     prepared = prepared_dir(name, where)  # before importing TFDS: a missing dataset fails fast
 
     import tensorflow_datasets as tfds
@@ -243,17 +258,7 @@ def scan_folder(folder: Path) -> Folder:
     return Folder(classes, splits, tuple(ignored))
 
 
-def import_folder(
-    folder: Path,
-    name: str,
-    directory: Path,
-    version: str = "1.0.0",
-    channels: int | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Make the prepared TFDS dataset ``name`` in ``directory`` from an image folder: features
-    ``image`` (uint8, ``channels`` channels, PNG), ``label`` (the class directories, sorted) and
-    ``filename`` (relative to the folder). Returns the prepared directory."""
+def _check_import(name: str, version: str, channels: int | None) -> None:
     if not _NAME.fullmatch(name):
         raise DataError(
             f"--name {name!r} is not a TFDS dataset name",
@@ -263,15 +268,23 @@ def import_folder(
         raise DataError(f"--version {version!r}", "give X.Y.Z, e.g. 1.0.0")
     if channels not in (None, 1, 3, 4):
         raise DataError(f"--channels {channels}", "give 1 (grey), 3 (RGB) or 4 (RGBA)")
-    found = scan_folder(folder)
-    target = directory / name / version
-    if target.exists():
-        if not overwrite:
-            raise DataError(
-                f"{target} exists", "pass --overwrite to replace it, or give another --version"
-            )
-        shutil.rmtree(target)
 
+
+def _clear(target: Path, overwrite: bool) -> None:
+    """Make room for a dataset version: remove it with ``overwrite``, else refuse."""
+    if not target.exists():
+        return
+    if not overwrite:
+        raise DataError(
+            f"{target} exists", "pass --overwrite to replace it, or give another --version"
+        )
+    shutil.rmtree(target)
+
+
+def _store(
+    folder: Path, found: Folder, name: str, version: str, channels: int | None, directory: Path
+) -> None:
+    """Write ``found``'s images as the TFDS dataset ``name`` ``version`` into ``directory``."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
@@ -306,6 +319,23 @@ def import_folder(
         data_dir=str(directory),
         description=f"Imported by ctrain from the image folder {folder}",
     )
+
+
+def import_folder(
+    folder: Path,
+    name: str,
+    directory: Path,
+    version: str = "1.0.0",
+    channels: int | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Make the prepared TFDS dataset ``name`` in ``directory`` from an image folder: features
+    ``image`` (uint8, ``channels`` channels, PNG), ``label`` (the class directories, sorted) and
+    ``filename`` (relative to the folder). Returns the prepared directory."""
+    _check_import(name, version, channels)
+    found = scan_folder(folder)
+    _clear(directory / name / version, overwrite)
+    _store(folder, found, name, version, channels, directory)
     return prepared_dir(f"{name}:{version}", directory)
 
 
