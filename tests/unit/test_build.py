@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.container.spec import SpecError
+from ctrain.errors import SpecError
 from ctrain.images.build import BuildRequest, build_argv, check_request, default_target, temp_target
 
 from . import fake_apptainer

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain.cli import main
+from ctrain.errors import DataError
 from ctrain.train import data
-from ctrain.train.data import DataError, DatasetName
+from ctrain.train.data import DatasetName
 
 
 def prepare(root: Path, *parts: str, splits: dict[str, int] | None = None) -> Path:

@@ -17,8 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain.cli import main
+from ctrain.errors import JobRequestError
 from ctrain.slurm import jobs
-from ctrain.slurm.jobs import JobRequest, JobRequestError
+from ctrain.slurm.jobs import JobRequest
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "jobs"

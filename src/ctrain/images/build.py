@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctrain.container.spec import SpecError, parse_env_pair
-from ctrain.errors import CtrainError, ExternalToolError
+from ctrain.container.spec import parse_env_pair
+from ctrain.errors import CtrainError, ExternalToolError, SpecError
 from ctrain.images import cachedir
 from ctrain.images.pull import check_sif
 from ctrain.util import proc

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import Literal
 
 from ctrain import __version__
-from ctrain.errors import ConfigError, CtrainError, ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError, Interrupted
 from ctrain.images import cachedir
 from ctrain.util import locks, proc
 
@@ -360,12 +360,6 @@ def decide(
     if sidecar.size is not None and state.size != sidecar.size:
         return "pull", f"changed since the pull ({state.size} bytes, {sidecar.size} recorded)"
     return "reuse", "up to date"
-
-
-class Interrupted(CtrainError):
-    """SIGTERM, SIGHUP or SIGINT during a pull: the download is stopped and its file removed."""
-
-    exit_code = 130
 
 
 @contextlib.contextmanager

@@ -21,19 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctrain.errors import CtrainError
+from ctrain.errors import DataError
 
 ENV_DATA_DIR = "CTRAIN_DATA_DIR"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 SPLIT_NAMES = ("train", "validation", "test")
 INFO = "dataset_info.json"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
-class DataError(CtrainError):
-    """A dataset that is not where it should be, or a folder that is not a dataset."""
-
-    exit_code = 2
 
 
 def data_dir(flag: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path:
