@@ -213,4 +213,4 @@ def build(
     building.build(
         request, os.environ, _cache_choice(s) if sif else None, int(str(s["min_free_gb"].value))
     )
-    _say(f"built {request.target}")
+    click.echo(f"built {request.target}")
