@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
-from ctrain.container.spec import Action
+
+if TYPE_CHECKING:
+    from ctrain.container.spec import Action
 
 
 def common(func: Any) -> Any:

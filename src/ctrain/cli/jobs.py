@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ctrain.cli._options import DashDashCommand, settings_from
-from ctrain.slurm.jobs import MODES, RUNTIMES, JobRequest
+from ctrain.cli._options import DashDashCommand, LazyChoice, settings_from
+
+if TYPE_CHECKING:
+    from ctrain.slurm.jobs import JobRequest
 
 Positive = click.IntRange(min=1)
 
 
 def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.argument("mode", type=click.Choice(MODES)),
+        click.argument("mode", type=LazyChoice("ctrain.slurm.jobs:MODES")),
         click.option("--nodes", type=Positive, help="Nodes. [template: 1, or 2 for multi-node]"),
         click.option(
             "--gpus-per-node", type=click.IntRange(min=0), help="GPUs per node; 0: CPU only."
@@ -37,7 +37,7 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--image", help="Image for ctrain exec. [env CTRAIN_IMAGE; setting image]"),
         click.option(
             "--runtime",
-            type=click.Choice(RUNTIMES),
+            type=LazyChoice("ctrain.slurm.jobs:RUNTIMES"),
             help="Runtime in the job. [env CTRAIN_RUNTIME; setting runtime]",
         ),
         click.option(
@@ -55,6 +55,8 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _request(mode: str, **flags: Any) -> JobRequest:
+    from ctrain.slurm.jobs import JobRequest
+
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
     settings = settings_from({"image": flags.pop("image"), "runtime": flags.pop("runtime")})
     image, runtime = settings["image"], settings["runtime"]
@@ -86,6 +88,9 @@ def render(mode: str, **flags: Any) -> None:
 @click.option("--save", type=click.Path(dir_okay=False), help="Also keep the script here.")
 def submit(mode: str, save: str | None, **flags: Any) -> None:
     """Render the job script and submit it with sbatch; print the job id."""
+    import tempfile
+    from pathlib import Path
+
     from ctrain.slurm import jobs
     from ctrain.util import proc
 
