@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain import __version__
+from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
 
@@ -53,6 +54,12 @@ def test_help_on_every_command(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "Usage:" in result.output
+
+
+def test_job_help_lists_the_modes_and_runtimes() -> None:
+    text = CliRunner().invoke(main, ["job", "render", "--help"], catch_exceptions=False).output
+    assert "{single|mirrored|multiworker|horovod-" in text
+    assert "[auto|apptainer|singularity|docker|podman|host]" in text
 
 
 def test_launch_help_names_env_vars() -> None:
@@ -146,6 +153,8 @@ def the_error_line(done: subprocess.CompletedProcess[str]) -> str:
         (["build"], "Missing argument 'RECIPE'", "ctrain build"),
         (["overlay", "create", "--size"], "'--size' requires an argument", "ctrain overlay create"),
         (["bogus"], "No such command 'bogus'", "ctrain"),
+        (["job", "submit", "bogus"], "'bogus' is not one of 'single'", "ctrain job submit"),
+        (["job", "render"], "Choose from: single, mirrored,", "ctrain job render"),
     ],
 )
 def test_usage_errors_are_one_line_naming_the_help(
@@ -198,18 +207,33 @@ def test_help_version_and_success_exit_0(args: list[str]) -> None:
     assert done.returncode == 0 and done.stdout and done.stderr == ""
 
 
-def test_version_imports_only_the_root() -> None:
+def ctrain_modules_after(args: list[str]) -> list[str]:
+    """The ctrain modules imported by running ``ctrain ARGS`` (to a successful end)."""
     code = (
         "import sys\n"
         "from ctrain.cli import main\n"
         "try:\n"
-        "    main(['--version'])\n"
+        f"    main({args!r})\n"
         "except SystemExit as exc:\n"
         "    assert exc.code == 0, exc.code\n"
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'ctrain')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    version, modules = done.stdout.splitlines()
-    assert version == f"ctrain, version {__version__}"
-    assert modules.split() == ["ctrain", "ctrain.cli", "ctrain.errors"]
+    return done.stdout.splitlines()[-1].split()
+
+
+def test_version_imports_only_the_root() -> None:
+    assert ctrain_modules_after(["--version"]) == ["ctrain", "ctrain.cli", "ctrain.errors"]
+
+
+def test_help_imports_the_command_modules_and_no_library_module() -> None:
+    modules = ctrain_modules_after(["--help"])
+    assert [m for m in modules if not m.startswith("ctrain.cli.")] == [
+        "ctrain",
+        "ctrain.cli",
+        "ctrain.errors",
+    ]
+    assert {m.split(":")[0] for m in COMMAND_MODULES.values()} <= {
+        m.removeprefix("ctrain.cli.") for m in modules
+    }

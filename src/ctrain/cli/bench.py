@@ -4,7 +4,6 @@ imported when the command runs (the CLI starts fast)."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -74,6 +73,7 @@ def bench(**flags: str | None) -> None:
     images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
     the ideal line). Speed-up is against the smallest worker count given.
     """
+    import shlex
     from pathlib import Path
 
     from ctrain.bench import core as benching

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -48,6 +47,8 @@ def _run(
     env_pairs: tuple[str, ...],
     **flags: Any,
 ) -> None:
+    import shlex
+
     from ctrain.container import planner
 
     ctx = click.get_current_context()
