@@ -20,6 +20,7 @@ from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
 
+REPO = Path(__file__).resolve().parents[2]
 COMMANDS = [
     "exec",
     "run",
@@ -193,6 +194,16 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
     done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     assert "interrupted" in the_error_line(done)
     assert done.returncode == Interrupted.exit_code == 130
+
+
+def test_a_damaged_job_template_is_one_line(tmp_path: Path) -> None:
+    template = (REPO / "jobs" / "single.sbatch").read_text(encoding="utf-8")
+    damaged = "\n".join(line for line in template.splitlines() if "--signal" not in line)
+    (tmp_path / "single.sbatch").write_text(damaged, encoding="utf-8")
+    env = {**os.environ, "CTRAIN_JOBS_DIR": str(tmp_path)}
+    done = ctrain("job", "render", "single", "--", "python", "t.py", env=env)
+    assert "jobs/single.sbatch is damaged: no #SBATCH --signal= line" in the_error_line(done)
+    assert done.returncode == 1
 
 
 def test_a_library_error_is_one_line() -> None:

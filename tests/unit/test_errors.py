@@ -76,3 +76,25 @@ def test_oserror_with_two_files_and_an_unusual_errno() -> None:
 def test_oserror_without_a_file() -> None:
     error = errors.FileAccessError.from_oserror(OSError(errno.ENOSPC, "No space left on device"))
     assert error.line().startswith("ctrain: error: No space left on device Fix: free space")
+
+
+def test_requeue_exit_code_has_one_value_everywhere() -> None:
+    import ctrain.checkpoints
+    import ctrain.train.checkpoints
+
+    assert ctrain.checkpoints.REQUEUE_EXIT_CODE == errors.REQUEUE_EXIT_CODE
+    assert ctrain.train.checkpoints.REQUEUE_EXIT_CODE == errors.REQUEUE_EXIT_CODE
+    templates = sorted((README.parent / "jobs").glob("*.sbatch"))
+    assert templates
+    for template in templates:  # the job scripts cannot import it: they say it literally
+        lines = template.read_text(encoding="utf-8").splitlines()
+        assert f"requeue_exit={errors.REQUEUE_EXIT_CODE}" in lines, template.name
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM])
+def test_permission_denied_says_what_to_do(code: int) -> None:
+    error = errors.FileAccessError.from_oserror(OSError(code, "Permission denied", "/etc/x"))
+    assert error.line() == (
+        "ctrain: error: /etc/x: Permission denied Fix: give a path you may write (or read), "
+        "or change its permissions"
+    )

@@ -25,6 +25,7 @@ ONE_NODE = ("single", "mirrored")
 RUNTIMES = ("auto", "apptainer", "singularity", "docker", "podman", "host")
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
 MAX_SIGNAL_SECONDS = 65535  # sbatch --signal's limit
+TEMPLATE_OPTIONS = ("nodes", "cpus-per-task", "mem", "time", "job-name", "signal")  # enabled
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,9 @@ def resolve(request: JobRequest, text: str) -> Resolved:
     """The template's values overridden by the request, and checked together."""
     mode = request.mode
     options = sbatch_options(text)
+    missing = [key for key in TEMPLATE_OPTIONS if key not in options]
+    if missing:
+        raise _damaged(mode, f"no #SBATCH --{missing[0]}= line")
     signal = re.search(r"USR2@(\d+)", options["signal"])
     if signal is None:
         raise _damaged(mode, "no --signal=B:USR2@SECONDS line")
