@@ -58,6 +58,10 @@ def usage_error(exc: click.UsageError, args: Sequence[str]) -> UsageError:
     return UsageError(f"{command}: {exc.format_message()}", f"see `{command} --help`")
 
 
+def interrupted() -> Interrupted:
+    return Interrupted("interrupted (SIGINT)", "run the command again")
+
+
 def fail(error: CtrainError) -> NoReturn:
     click.echo(error.line(), err=True)
     sys.exit(error.exit_code)
@@ -81,7 +85,7 @@ class CtrainGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # before Click turns it into a blank line and "Aborted!"
-            raise Interrupted("interrupted", "run the command again") from exc
+            raise interrupted() from exc
 
     def main(
         self,
@@ -102,7 +106,7 @@ class CtrainGroup(click.Group):
         except click.UsageError as exc:
             fail(usage_error(exc, sys.argv[1:] if args is None else args))
         except click.exceptions.Abort:
-            fail(Interrupted("interrupted", "run the command again"))
+            fail(interrupted())  # Ctrl-C while Click parses
         except OSError as exc:
             fail(FileAccessError.from_oserror(exc))
         sys.exit(result if isinstance(result, int) else 0)
