@@ -27,6 +27,8 @@ def env(tmp_path: Path) -> dict[str, str]:
         "FAKE_APPTAINER_LOG": str(tmp_path / "calls.jsonl"),
         "CTRAIN_CACHE_DIR": str(tmp_path / "cache"),
         "CTRAIN_MIN_FREE_GB": "1",
+        # with PYTHONPATH=src (a checkout, not an install), the ctrain under test
+        **{key: value for key, value in os.environ.items() if key == "PYTHONPATH"},
     }
 
 
