@@ -1,10 +1,9 @@
-"""Costs: CLI cold start, time to the first training step, peak memory per worker."""
+"""Costs: time to the first training step, peak memory per worker (CLI start-up: startup.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,46 +21,6 @@ from common import (
     run,
     say,
 )
-
-
-def cold_start(reps: int, image: str | None) -> dict[str, Any]:
-    """Wall time of each command, interleaved, `reps` times; medians in milliseconds."""
-    dry_run = [CTRAIN, "exec", "--dry-run", "--runtime", "docker", image or "ctrain-bench:none"]
-    commands = {
-        "python -c pass": [PYTHON, "-c", "pass"],
-        "ctrain --version": [CTRAIN, "--version"],
-        "ctrain exec --dry-run": [*dry_run, "--", "python", "-c", "pass"],
-        "ctrain launch -- true": [CTRAIN, "launch", "--quiet", "--", "true"],
-    }
-    env = clean_env()
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(reps):
-        for name, argv in commands.items():
-            start = time.perf_counter()
-            run(argv, env, timeout=60)
-            times[name].append((time.perf_counter() - start) * 1000)
-    base = median(times["python -c pass"])
-    rows = [
-        {"command": name, "median_ms": median(t), "min_ms": min(t), "vs_python": median(t) / base}
-        for name, t in times.items()
-    ]
-    return {"reps": reps, "rows": rows}
-
-
-def cold_table(section: dict[str, Any]) -> str:
-    lines = [
-        f"CLI cold start, median of {section['reps']} runs each, interleaved:",
-        "",
-        "| command | median | min | against `python -c pass` |",
-        "|:--|--:|--:|--:|",
-    ]
-    for r in section["rows"]:
-        lines.append(
-            f"| `{r['command']}` | {r['median_ms']:.0f} ms | {r['min_ms']:.0f} ms | "
-            f"{r['vs_python']:.1f}x |"
-        )
-    return "\n".join(lines)
-
 
 DIRECT = "python script.py (direct)"
 DOCKER = "docker run IMAGE python script.py"

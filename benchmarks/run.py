@@ -1,9 +1,11 @@
 """`make bench`: what ctrain costs on top of plain TensorFlow, measured side by side in one run.
 
-    .venv/bin/python benchmarks/run.py [--out runs/bench] [--only cold,launch,scaling,input,memory]
+    .venv/bin/python benchmarks/run.py [--out runs/bench]
+                                       [--only startup,launch,scaling,input,memory]
 
 Sections (README.md, section Benchmarks, shows the figures):
-  cold     CLI cold start: `ctrain --version`, `ctrain exec --dry-run` against `python -c pass`
+  startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
+           `python -c "import click"` (benchmarks/startup.py)
   launch   time to the first training step: direct, `ctrain launch`, `srun ctrain launch`,
            `docker run` and `ctrain exec` on the docker runtime (when the image is there)
   scaling  2 workers against 1, one thread each, multiworker and horovod, via `ctrain bench`
@@ -29,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from common import REPO, T0, say
-from overhead import cold_start, cold_table, launch_overhead, launch_table, memory, memory_table
+from overhead import launch_overhead, launch_table, memory, memory_table
+from startup import startup, startup_table
 from throughput import input_pipeline, input_table, scaling, scaling_table
 
-SECTIONS = ("cold", "launch", "scaling", "input", "memory")
+SECTIONS = ("startup", "launch", "scaling", "input", "memory")
 
 
 def find_image(requested: str | None) -> str | None:
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "runs" / "bench"))
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--reps", type=int, default=3, help="launch-overhead repetitions")
-    parser.add_argument("--cold-reps", type=int, default=10)
+    parser.add_argument("--startup-reps", type=int, default=15)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per scaling run")
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
     args = parser.parse_args(argv)
@@ -77,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     tables: list[tuple[str, str]] = []
     say(f"sections: {', '.join(only)}; work dir {work}")
-    if "cold" in only:
-        say("cold start")
-        results["cold"] = cold_start(args.cold_reps, image)
-        tables.append(("CLI cold start", cold_table(results["cold"])))
+    if "startup" in only:
+        say("CLI start-up")
+        results["startup"] = startup(args.startup_reps)
+        tables.append(("CLI start-up", startup_table(results["startup"])))
     if "launch" in only:
         results["launch"] = launch_overhead(args.reps, image, work)
         tables.append(("Launch overhead", launch_table(results["launch"])))

@@ -1,3 +1,3 @@
 from ctrain.cli import main
 
-main()
+main(prog_name="ctrain")

@@ -1,6 +1,15 @@
-"""The one error family of ctrain: library code raises, the CLI prints one line and exits."""
+"""The one error family of ctrain, and every exit status it documents (README, "Exit codes").
+
+Library code raises; the CLI prints one ``ctrain: error: ... Fix: ...`` line and exits with
+the class's ``exit_code``. Several classes share 2 (something the user gave is wrong).
+"""
 
 from __future__ import annotations
+
+import errno
+
+#: The exit status with which training asks its job script to requeue the job (EX_TEMPFAIL).
+REQUEUE_EXIT_CODE = 75
 
 
 class CtrainError(Exception):
@@ -14,12 +23,35 @@ class CtrainError(Exception):
         self.fix = fix
 
     def line(self) -> str:
-        """The single line the CLI prints on stderr."""
-        return f"ctrain: error: {self.message}" + (f" Fix: {self.fix}" if self.fix else "")
+        """The single line the CLI prints on stderr (line breaks in the text become spaces)."""
+        text = f"ctrain: error: {self.message}" + (f" Fix: {self.fix}" if self.fix else "")
+        return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+class UsageError(CtrainError):
+    """A command line the CLI cannot parse: unknown command or option, missing or bad value."""
+
+    exit_code = 2
 
 
 class ConfigError(CtrainError):
     """A malformed config file or setting value."""
+
+    exit_code = 2
+
+
+class JobRequestError(ConfigError):
+    """A job request (``ctrain job render|submit``) that cannot work as asked."""
+
+
+class SpecError(CtrainError):
+    """A container option that cannot work as given."""
+
+    exit_code = 2
+
+
+class DataError(CtrainError):
+    """A dataset that is not where it should be, or a folder that is not a dataset."""
 
     exit_code = 2
 
@@ -40,3 +72,42 @@ class ExternalToolError(CtrainError):
     """A program ctrain runs (sbatch, docker, apptainer, ...) is missing or failed."""
 
     exit_code = 5
+
+
+class CheckpointError(CtrainError):
+    """A checkpoint that cannot be used: another model or configuration, or damaged."""
+
+    exit_code = 6
+
+
+class FileAccessError(CtrainError):
+    """A file or directory the system refused (an OSError): missing, not permitted, disk full."""
+
+    exit_code = 7
+
+    @classmethod
+    def from_oserror(cls, exc: OSError) -> FileAccessError:
+        """The error naming the file(s) and the system's reason, with a fix for the usual ones."""
+        names = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
+        reason = exc.strerror or str(exc)
+        where = " -> ".join(names) + ": " if names else ""
+        return cls(f"{where}{reason}", _OS_FIXES.get(exc.errno or 0, _OS_FIX))
+
+
+_OS_FIX = "check the path and its permissions, then run the command again"
+_OS_FIXES = {
+    errno.ENOENT: "create the missing directory, or give a path that exists",
+    errno.ENOTDIR: "give a path whose parents are directories",
+    errno.EISDIR: "give a file name, not a directory",
+    errno.EACCES: "give a path you may write (or read), or change its permissions",
+    errno.EPERM: "give a path you may write (or read), or change its permissions",
+    errno.EROFS: "give a path on a writable file system",
+    errno.ENOSPC: "free space there, or give a path on another file system",
+    errno.EEXIST: "remove it, or give another path",
+}
+
+
+class Interrupted(CtrainError):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP: stopped, and what was half done removed."""
+
+    exit_code = 130

@@ -133,9 +133,10 @@ def test_import_then_load_offline_and_train(tmp_path: Path) -> None:
 def test_loading_a_missing_dataset_names_the_fetch_command(tmp_path: Path) -> None:
     code = (
         "import ctrain.train.data as d\n"
+        "from ctrain.errors import DataError\n"
         "try:\n"
         "    d.load('mnist', 'train', directory=" + repr(str(tmp_path)) + ")\n"
-        "except d.DataError as e:\n"
+        "except DataError as e:\n"
         "    print(e.line())\n"
     )
     done = subprocess.run(

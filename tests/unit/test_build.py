@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.container.spec import SpecError
+from ctrain.errors import SpecError
 from ctrain.images.build import (
     BuildRequest,
     check_request,
@@ -79,6 +79,7 @@ def test_build_lands_whole_with_the_cache_out_of_home(tmp_path: Path, env: dict[
     assert call["argv"][:3] == ["build", "--build-arg", "V=2"]  # type: ignore[index]
     assert call["env"]["APPTAINER_CACHEDIR"] == str(tmp_path / "cache")  # type: ignore[index]
     assert "Build complete" in done.stderr
+    assert done.stdout == "built out.sif\n"  # the result on stdout, like pull and overlay create
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import ctrain.distributed
+from ctrain.errors import CheckpointError
 from ctrain.names import Launched, Mode
 from ctrain.train import checkpoints
-from ctrain.train.checkpoints import CheckpointError, Fingerprint
+from ctrain.train.checkpoints import Fingerprint
 
 FP = checkpoints.fingerprint({"layers": [1, 2]}, {"lr": 0.1})
 

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+from subprocess import PIPE
 
 import click
 import pytest
 from click.testing import CliRunner
 
 from ctrain import __version__
+from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
+from ctrain.errors import FileAccessError, Interrupted, UsageError
 
+REPO = Path(__file__).resolve().parents[2]
 COMMANDS = [
     "exec",
     "run",
@@ -47,6 +55,12 @@ def test_help_on_every_command(command: str) -> None:
     result = CliRunner().invoke(main, [command, "--help"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "Usage:" in result.output
+
+
+def test_job_help_lists_the_modes_and_runtimes() -> None:
+    text = CliRunner().invoke(main, ["job", "render", "--help"], catch_exceptions=False).output
+    assert "{single|mirrored|multiworker|horovod-" in text
+    assert "[auto|apptainer|singularity|docker|podman|host]" in text
 
 
 def test_launch_help_names_env_vars() -> None:
@@ -105,3 +119,134 @@ def test_malformed_slurm_variable_is_one_line(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(main, ["launch", "--explain"])
     assert result.exit_code == 3
     assert "SLURM_JOB_NODELIST" in result.output and "Traceback" not in result.output
+
+
+def ctrain(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a fresh interpreter, stdout and stderr apart."""
+    return subprocess.run(
+        [sys.executable, "-m", "ctrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def the_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failure prints: on stderr, alone, with a fix; nothing on stdout."""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ctrain: error: ") and " Fix: " in lines[0], lines[0]
+    assert done.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "words", "command"),
+    [
+        (["launch", "--mode", "bogus"], "'bogus' is not one of", "ctrain launch"),
+        (
+            ["job", "render", "mirrored", "--nodes", "x", "--", "python", "t.py"],
+            "Invalid value for '--nodes'",
+            "ctrain job render",
+        ),
+        (["pull", "--bogus"], "No such option '--bogus'", "ctrain pull"),
+        (["build"], "Missing argument 'RECIPE'", "ctrain build"),
+        (["overlay", "create", "--size"], "'--size' requires an argument", "ctrain overlay create"),
+        (["bogus"], "No such command 'bogus'", "ctrain"),
+        (["job", "submit", "bogus"], "'bogus' is not one of 'single'", "ctrain job submit"),
+        (["job", "render"], "Choose from: single, mirrored,", "ctrain job render"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_help(
+    args: list[str], words: str, command: str
+) -> None:
+    done = ctrain(*args)
+    line = the_error_line(done)
+    assert done.returncode == UsageError.exit_code == 2
+    assert words in line and line.endswith(f"Fix: see `{command} --help`")
+
+
+@pytest.mark.parametrize(
+    ("save", "reason"),
+    [("missing/x.sbatch", "No such file or directory"), ("file/x.sbatch", "Not a directory")],
+)
+def test_an_oserror_is_one_line_naming_the_file(tmp_path: Path, save: str, reason: str) -> None:
+    (tmp_path / "file").write_text("")
+    path = tmp_path / save
+    done = ctrain("job", "submit", "single", "--save", str(path), "--", "python", "t.py")
+    assert the_error_line(done).startswith(f"ctrain: error: {path}: {reason} Fix: ")
+    assert done.returncode == FileAccessError.exit_code == 7
+
+
+def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
+    started = tmp_path / "sbatch-started"
+    (tmp_path / "sbatch").write_text(f'#!/bin/sh\ntouch "{started}"\nexec sleep 60\n')
+    (tmp_path / "sbatch").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    argv = [sys.executable, "-m", "ctrain", "job", "submit", "single", "--", "python", "t.py"]
+    with subprocess.Popen(argv, env=env, stdout=PIPE, stderr=PIPE, text=True) as child:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=30)
+    done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
+    assert "interrupted" in the_error_line(done)
+    assert done.returncode == Interrupted.exit_code == 130
+
+
+def test_a_damaged_job_template_is_one_line(tmp_path: Path) -> None:
+    template = (REPO / "jobs" / "single.sbatch").read_text(encoding="utf-8")
+    damaged = "\n".join(line for line in template.splitlines() if "--signal" not in line)
+    (tmp_path / "single.sbatch").write_text(damaged, encoding="utf-8")
+    env = {**os.environ, "CTRAIN_JOBS_DIR": str(tmp_path)}
+    done = ctrain("job", "render", "single", "--", "python", "t.py", env=env)
+    assert "jobs/single.sbatch is damaged: no #SBATCH --signal= line" in the_error_line(done)
+    assert done.returncode == 1
+
+
+def test_a_library_error_is_one_line() -> None:
+    done = ctrain("overlay", "create")
+    assert the_error_line(done).startswith("ctrain: error: overlay create needs a PATH")
+    assert done.returncode == 2
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["job", "--help"], ["config", "show"]])
+def test_help_version_and_success_exit_0(args: list[str]) -> None:
+    done = ctrain(*args)
+    assert done.returncode == 0 and done.stdout and done.stderr == ""
+
+
+def ctrain_modules_after(args: list[str]) -> list[str]:
+    """The ctrain modules imported by running ``ctrain ARGS`` (to a successful end)."""
+    code = (
+        "import sys\n"
+        "from ctrain.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'ctrain')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1].split()
+
+
+def test_version_imports_only_the_root() -> None:
+    assert ctrain_modules_after(["--version"]) == ["ctrain", "ctrain.cli", "ctrain.errors"]
+
+
+def test_help_imports_the_command_modules_and_no_library_module() -> None:
+    """Beyond the command modules, only ctrain.names (the choices; it imports nothing heavy)."""
+    modules = ctrain_modules_after(["--help"])
+    assert [m for m in modules if not m.startswith("ctrain.cli.")] == [
+        "ctrain",
+        "ctrain.cli",
+        "ctrain.errors",
+        "ctrain.names",
+    ]
+    assert {m.split(":")[0] for m in COMMAND_MODULES.values()} <= {
+        m.removeprefix("ctrain.cli.") for m in modules
+    }

@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 from ctrain.cli import main
 from ctrain.distributed import Context, Launched
-from ctrain.launch.modes import Mode
+from ctrain.errors import DataError
+from ctrain.names import Mode
 from ctrain.settings import resolve
 from ctrain.train import data
-from ctrain.train.data import DataError, DatasetName
+from ctrain.train.data import DatasetName
 
 
 def prepare(root: Path, *parts: str, splits: dict[str, int] | None = None) -> Path:

@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain.cli import main
+from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
-from ctrain.slurm.jobs import JobRequest, JobRequestError
+from ctrain.slurm.jobs import JobRequest
 from tests.helpers import sandbox
 
 REPO = Path(__file__).resolve().parents[2]

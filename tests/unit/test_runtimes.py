@@ -16,8 +16,8 @@ import pytest
 
 from ctrain.container.docker import mount
 from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
-from ctrain.container.spec import Bind, SpecError, parse_bind, parse_env_file
-from ctrain.errors import CtrainError
+from ctrain.container.spec import Bind, parse_bind, parse_env_file
+from ctrain.errors import CtrainError, SpecError
 
 GOLDEN = Path(__file__).parent / "golden" / "runtimes.json"
 HOST_ENV = {

@@ -1,16 +1,22 @@
 """The root command. It only adds the command groups, each imported when it is used, so
-``ctrain --version`` and ``ctrain launch`` import nothing they do not need."""
+``ctrain --version`` and ``ctrain launch`` import nothing they do not need.
+
+It is also the one place where a command fails: a CtrainError, a Click usage error, an
+OSError or Ctrl-C becomes one ``ctrain: error: ... Fix: ...`` line on stderr and the exit
+code ctrain.errors gives it.
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
 from ctrain import __version__
-from ctrain.errors import CtrainError
+from ctrain.errors import CtrainError, FileAccessError, Interrupted, UsageError
 
 # command name -> "module:attribute" under ctrain.cli
 COMMANDS = {
@@ -30,8 +36,39 @@ COMMANDS = {
 }
 
 
+def command_path(args: Sequence[str]) -> str:
+    """``ctrain`` and the commands ``args`` start with, as Click finds them (a usage error does
+    not always say in which command it happened)."""
+    names = ["ctrain"]
+    command: click.Command = main
+    for word in args:
+        if not isinstance(command, click.Group):
+            break
+        found = command.get_command(click.Context(command), word)
+        if found is None:
+            break
+        names.append(word)
+        command = found
+    return " ".join(names)
+
+
+def usage_error(exc: click.UsageError, args: Sequence[str]) -> UsageError:
+    """Click's usage error as ours, naming the command whose --help shows the usage."""
+    command = command_path(args)
+    return UsageError(f"{command}: {exc.format_message()}", f"see `{command} --help`")
+
+
+def interrupted() -> Interrupted:
+    return Interrupted("interrupted (SIGINT)", "run the command again")
+
+
+def fail(error: CtrainError) -> NoReturn:
+    click.echo(error.line(), err=True)
+    sys.exit(error.exit_code)
+
+
 class CtrainGroup(click.Group):
-    """Loads commands lazily; turns a CtrainError into one line on stderr and its exit code."""
+    """Loads commands lazily; turns every way a command can fail into one line (``fail``)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -47,12 +84,35 @@ class CtrainGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # before Click turns it into a blank line and "Aborted!"
+            raise interrupted() from exc
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Click's main, with every failure as one line; ``--help`` and ``--version`` exit 0."""
+        run = super().main
+        if not standalone_mode:
+            return run(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = run(args, prog_name, complete_var, standalone_mode=False, **extra)
         except CtrainError as exc:
-            click.echo(exc.line(), err=True)
-            sys.exit(exc.exit_code)
+            fail(exc)
+        except click.UsageError as exc:
+            fail(usage_error(exc, sys.argv[1:] if args is None else args))
+        except click.exceptions.Abort:
+            fail(interrupted())  # Ctrl-C while Click parses
+        except OSError as exc:
+            fail(FileAccessError.from_oserror(exc))
+        sys.exit(result if isinstance(result, int) else 0)
 
 
-@click.group(cls=CtrainGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("ctrain", cls=CtrainGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ctrain")
 def main() -> None:
     """ctrain: TensorFlow + Horovod training in containers on Slurm clusters.

@@ -1,32 +1,56 @@
-"""What the command modules share: options for settings, resolving them, ``-- CMD`` parsing."""
+"""What the command modules share: options for settings, resolving them, ``-- CMD`` parsing.
+
+Defining a command imports no library module (``ctrain --help`` loads every command module):
+a setting option's help is written from ctrain.settings when it is shown; choices come from
+ctrain.names, which imports nothing heavy.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ctrain.settings import BY_NAME, Resolved, Value, parse_flag, resolve
+if TYPE_CHECKING:
+    from ctrain.settings import Resolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def setting_option(name: str, *decls: str, **kwargs: Any) -> Callable[[F], F]:
-    """A Click option for a setting; its help names the CTRAIN_* variable and the default."""
-    setting = BY_NAME[name]
-    flag = "--" + name.replace("_", "-")
-    shown = setting.default if setting.default not in (None, ()) else "none"
+class SettingOption(click.Option):
+    """The option for a setting; its help is the setting's, naming CTRAIN_* and the default."""
+
+    def __init__(self, *args: Any, setting: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setting = setting
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ctrain.settings import BY_NAME
+
+        setting = BY_NAME[self.setting]
+        shown = setting.default if setting.default not in (None, ()) else "none"
+        self.help = (
+            f"{setting.help[:1].upper()}{setting.help[1:]}. [env {setting.env}; default {shown}]"
+        )
+        return super().get_help_record(ctx)
+
+
+def setting_option(
+    name: str, *decls: str, flag: str | None = None, **kwargs: Any
+) -> Callable[[F], F]:
+    """A Click option for the setting ``name``: ``--name-with-dashes``, or ``flag``."""
     kwargs.setdefault("default", None)
-    kwargs["help"] = (
-        f"{setting.help[:1].upper()}{setting.help[1:]}. [env {setting.env}; default {shown}]"
-    )
-    return click.option(flag, *decls, name, **kwargs)
+    flag = flag or "--" + name.replace("_", "-")
+    return click.option(flag, *decls, name, cls=SettingOption, setting=name, **kwargs)
 
 
 def settings_from(flags: dict[str, str | None]) -> dict[str, Resolved]:
+    from pathlib import Path
+
+    from ctrain.settings import Value, parse_flag, resolve
+
     parsed: dict[str, Value] = {name: parse_flag(name, text) for name, text in flags.items()}
     return resolve(parsed, os.environ, Path.cwd())
 

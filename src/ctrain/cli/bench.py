@@ -4,31 +4,17 @@ imported when the command runs (the CLI starts fast)."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
 from ctrain.names import BENCH_LAUNCHER_CHOICES, MODE_CHOICES
-from ctrain.settings import BY_NAME, Value
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def bench_option(flag: str, name: str, **kwargs: Any) -> Callable[[F], F]:
-    """``--flag`` for the setting ``bench_<flag>``; its help names the CTRAIN_BENCH_* variable."""
-    setting = BY_NAME[name]
-    shown = setting.default if setting.default is not None else "none"
-    kwargs["help"] = (
-        f"{setting.help[:1].upper()}{setting.help[1:]}. [env {setting.env}; default {shown}]"
-    )
-    return click.option(flag, name, default=None, **kwargs)
-
+if TYPE_CHECKING:
+    from ctrain.settings import Value
 
 FLAGS = {
     "bench_workers": "--workers",
@@ -49,6 +35,8 @@ FLAGS = {
 
 def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
     """Each given flag parsed by its setting now, so an error names the flag as typed."""
+    from ctrain.settings import BY_NAME
+
     for name, text in flags.items():
         if text is not None and name in FLAGS:
             try:
@@ -60,23 +48,23 @@ def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
 
 @click.command("bench")
 @setting_option("mode", type=click.Choice(MODE_CHOICES))
-@bench_option(FLAGS["bench_workers"], "bench_workers", metavar="N,N,...")
-@bench_option(FLAGS["bench_model"], "bench_model", metavar="NAME")
-@bench_option(FLAGS["bench_batch"], "bench_batch", metavar="N")
-@bench_option(FLAGS["bench_image_size"], "bench_image_size", metavar="PX")
-@bench_option(FLAGS["bench_steps"], "bench_steps", metavar="N")
-@bench_option(FLAGS["bench_iters"], "bench_iters", metavar="N")
-@bench_option(FLAGS["bench_warmup"], "bench_warmup", metavar="N")
-@bench_option(FLAGS["bench_threads"], "bench_threads", metavar="N")
-@bench_option(
-    FLAGS["bench_launcher"],
+@setting_option("bench_workers", flag=FLAGS["bench_workers"], metavar="N,N,...")
+@setting_option("bench_model", flag=FLAGS["bench_model"], metavar="NAME")
+@setting_option("bench_batch", flag=FLAGS["bench_batch"], metavar="N")
+@setting_option("bench_image_size", flag=FLAGS["bench_image_size"], metavar="PX")
+@setting_option("bench_steps", flag=FLAGS["bench_steps"], metavar="N")
+@setting_option("bench_iters", flag=FLAGS["bench_iters"], metavar="N")
+@setting_option("bench_warmup", flag=FLAGS["bench_warmup"], metavar="N")
+@setting_option("bench_threads", flag=FLAGS["bench_threads"], metavar="N")
+@setting_option(
     "bench_launcher",
+    flag=FLAGS["bench_launcher"],
     type=click.Choice(BENCH_LAUNCHER_CHOICES),
 )
-@bench_option(FLAGS["bench_launcher_args"], "bench_launcher_args", metavar="'ARGS'")
-@bench_option(FLAGS["bench_script"], "bench_script", metavar="PATH")
-@bench_option(FLAGS["bench_timeout"], "bench_timeout", metavar="S")
-@bench_option(FLAGS["bench_out"], "bench_out", metavar="DIR")
+@setting_option("bench_launcher_args", flag=FLAGS["bench_launcher_args"], metavar="'ARGS'")
+@setting_option("bench_script", flag=FLAGS["bench_script"], metavar="PATH")
+@setting_option("bench_timeout", flag=FLAGS["bench_timeout"], metavar="S")
+@setting_option("bench_out", flag=FLAGS["bench_out"], metavar="DIR")
 def bench(**flags: str | None) -> None:
     """Measure images/second and scaling efficiency with the synthetic benchmark.
 
@@ -86,6 +74,9 @@ def bench(**flags: str | None) -> None:
     images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
     the ideal line). Speed-up is against the smallest worker count given.
     """
+    import shlex
+    from pathlib import Path
+
     from ctrain.bench import core as benching
     from ctrain.bench import run
 
@@ -138,5 +129,7 @@ def _count(value: Value) -> int:
 
 def _ctrain_beside(python: str) -> str:
     """The ctrain script beside the workers' interpreter, else whatever PATH finds."""
+    from pathlib import Path
+
     beside = Path(python).parent / "ctrain"
     return str(beside) if beside.is_file() else "ctrain"

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from ctrain.cli._options import settings_from
-from ctrain.settings import BY_NAME
 
 
 @click.group()
@@ -19,6 +16,10 @@ def config() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def config_show(as_json: bool) -> None:
     """Every effective setting and where it came from."""
+    import json
+
+    from ctrain.settings import BY_NAME
+
     resolved = settings_from({})
     if as_json:
         rows = {

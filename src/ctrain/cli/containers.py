@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
-from ctrain.container.spec import Action
 from ctrain.names import RUNTIME_CHOICES
+
+if TYPE_CHECKING:
+    from ctrain.container.spec import Action
 
 
 def common(func: Any) -> Any:
@@ -47,6 +48,8 @@ def _run(
     env_pairs: tuple[str, ...],
     **flags: Any,
 ) -> None:
+    import shlex
+
     from ctrain.container import planner
 
     ctx = click.get_current_context()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ctrain.cli._options import setting_option, settings_from
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _where(flag: str | None) -> Path:
@@ -19,6 +21,8 @@ def _where(flag: str | None) -> Path:
 
 
 def _report(prepared: Path, where: Path, as_json: bool) -> None:
+    import json
+
     from ctrain.train.data import summary
 
     found = summary(prepared)
@@ -49,6 +53,8 @@ def data() -> None:
 def fetch(name: str, data_dir: str | None, manual_dir: str | None, as_json: bool) -> None:
     """Download and prepare TFDS dataset NAME (on a login node, with network) so that compute
     nodes load it from the data directory offline: NAME, NAME/CONFIG or NAME:X.Y.Z."""
+    from pathlib import Path
+
     from ctrain.train import data as datasets
 
     where = _where(data_dir)
@@ -75,6 +81,8 @@ def import_(
 ) -> None:
     """Make a TFDS dataset from an image FOLDER with one subdirectory per class (FOLDER/CLASS/
     or FOLDER/{train,validation,test}/CLASS/), loadable offline."""
+    from pathlib import Path
+
     from ctrain.train import data as datasets
 
     where = _where(data_dir)

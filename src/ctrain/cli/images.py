@@ -1,7 +1,7 @@
 """``ctrain pull``, ``ctrain overlay create`` and ``ctrain cache info|clean``.
 
-Options stay plain strings here and are checked by the library, so every bad value is one
-``ctrain: error: ... Fix: ...`` line (Click's own usage errors print several).
+Options stay plain strings here and are checked by the library, which each command imports
+when it runs (``ctrain --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -10,20 +10,17 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.images import cache as caching
-from ctrain.images import cachedir
-from ctrain.images import overlay as overlays
-from ctrain.images import pull as pulling
 from ctrain.names import ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
-from ctrain.settings import Resolved
-from ctrain.util import proc
+
+if TYPE_CHECKING:
+    from ctrain.images.cachedir import CacheChoice
+    from ctrain.settings import Resolved
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,14 +29,17 @@ def _say(line: str) -> None:
     click.echo(f"ctrain: {line}", err=True)
 
 
-def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> cachedir.CacheChoice:
+def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> CacheChoice:
     """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
     lives in the engine's store) accepts $HOME without --allow-home-cache."""
+    from ctrain.images import cachedir
+
     return cachedir.resolve_cache_dir(s, os.environ, accept_home=small)
 
 
 def _runtime(requested: str) -> tuple[str, str]:
     from ctrain.container.runtimes import choose_runtime
+    from ctrain.util import proc
 
     runtime, program = choose_runtime(requested, lambda name: proc.which(name, os.environ))
     return runtime.name, program
@@ -73,6 +73,11 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     records the reference, digest, time and ctrain version; pulling an up-to-date target
     downloads nothing. Concurrent pulls of one target wait for each other.
     """
+    from pathlib import Path
+
+    from ctrain.images import cachedir
+    from ctrain.images import pull as pulling
+
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
     reference = ref if ref is not None else str(s["image"].value or "")
@@ -111,6 +116,8 @@ def overlay_create(path: str | None, size: str | None, inodes: str | None, spars
     Made by `apptainer overlay create` when apptainer is on PATH (and no --inodes), otherwise
     by mkfs.ext3. An existing PATH is never replaced.
     """
+    from ctrain.images import overlay as overlays
+
     if path is None:
         raise ConfigError("overlay create needs a PATH", "ctrain overlay create PATH --size 15G")
     plan = overlays.plan_create(path, size, inodes, sparse, overlays.tool_finder(os.environ))
@@ -128,6 +135,8 @@ def cache() -> None:
 @_cache_options
 def cache_info(as_json: bool, **flags: str | None) -> None:
     """Where the cache is (and why), its size, its top-level entries and the pulled images."""
+    from ctrain.images import cache as caching
+
     choice = _cache_choice(settings_from(flags))
     click.echo(caching.render_info(caching.info(choice), as_json))
 
@@ -144,6 +153,8 @@ def cache_info(as_json: bool, **flags: str | None) -> None:
 @_cache_options
 def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
     """Remove cache entries older than --older-than (images go with their sidecars)."""
+    from ctrain.images import cache as caching
+
     age = caching.parse_duration(older_than)
     choice = _cache_choice(settings_from(flags))
     plan = caching.plan_clean(choice.path, time.time() - age)
@@ -210,4 +221,4 @@ def build(
     building.build(
         request, os.environ, _cache_choice(s) if sif else None, int(str(s["min_free_gb"].value))
     )
-    _say(f"built {request.target}")
+    click.echo(f"built {request.target}")

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ctrain.cli._options import DashDashCommand, settings_from
 from ctrain.names import JOB_MODES, RUNTIME_CHOICES
-from ctrain.slurm.jobs import JobRequest
+
+if TYPE_CHECKING:
+    from ctrain.slurm.jobs import JobRequest
 
 Positive = click.IntRange(min=1)
 
@@ -56,6 +56,8 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _request(mode: str, **flags: Any) -> JobRequest:
+    from ctrain.slurm.jobs import JobRequest
+
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
     settings = settings_from({"image": flags.pop("image"), "runtime": flags.pop("runtime")})
     image, runtime = settings["image"], settings["runtime"]
@@ -87,6 +89,9 @@ def render(mode: str, **flags: Any) -> None:
 @click.option("--save", type=click.Path(dir_okay=False), help="Also keep the script here.")
 def submit(mode: str, save: str | None, **flags: Any) -> None:
     """Render the job script and submit it with sbatch; print the job id."""
+    import tempfile
+    from pathlib import Path
+
     from ctrain.slurm import jobs
     from ctrain.util import proc
 

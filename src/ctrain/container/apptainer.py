@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ctrain.container.spec import Bind, RunSpec, SpecError
+from ctrain.container.spec import Bind, RunSpec
+from ctrain.errors import SpecError
 from ctrain.names import is_remote
 
 

@@ -13,7 +13,8 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ctrain.container.spec import Bind, RunSpec, SpecError
+from ctrain.container.spec import Bind, RunSpec
+from ctrain.errors import SpecError
 from ctrain.names import ENGINE_SCHEME
 
 

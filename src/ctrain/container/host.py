@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ctrain.container.spec import ALWAYS, RunSpec, SpecError
+from ctrain.container.spec import ALWAYS, RunSpec
+from ctrain.errors import SpecError
 
 
 @dataclass(frozen=True)

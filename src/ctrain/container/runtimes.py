@@ -17,7 +17,6 @@ from ctrain.container.host import Host
 from ctrain.container.spec import (
     Action,
     RunSpec,
-    SpecError,
     check_paths,
     container_env,
     parse_bind,
@@ -26,7 +25,7 @@ from ctrain.container.spec import (
     parse_overlay,
     refuse_shared_rw_overlay,
 )
-from ctrain.errors import ExternalToolError
+from ctrain.errors import ExternalToolError, SpecError
 from ctrain.images.cachedir import CacheChoice
 from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 

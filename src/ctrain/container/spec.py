@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from ctrain.errors import CtrainError
+from ctrain.errors import SpecError
 
 Action = Literal["exec", "run", "shell"]
 
@@ -49,12 +49,6 @@ PASSTHROUGH_NAMES = (
 )
 ALWAYS = {"PYTHONNOUSERSITE": "1"}  # ~/.local packages never shadow the image's
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-class SpecError(CtrainError):
-    """A container option that cannot work as given."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctrain.container.spec import SpecError, parse_env_pair
-from ctrain.errors import ExternalToolError
+from ctrain.container.spec import parse_env_pair
+from ctrain.errors import ExternalToolError, SpecError
 from ctrain.images import cachedir
 from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from ctrain.errors import ConfigError, CtrainError, ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError, Interrupted
 from ctrain.images import cachedir
 from ctrain.images.engine import (
     EngineImage,
@@ -134,12 +134,6 @@ def image_filename(ref: str) -> str:
     """``docker://ghcr.io/ctrain/ctrain:0.1.0-gpu`` ->
     ``docker_ghcr.io_ctrain_ctrain_0.1.0-gpu.sif``."""
     return safe_name(ref) + ".sif"
-
-
-class Interrupted(CtrainError):
-    """SIGTERM, SIGHUP or SIGINT during a pull: the download is stopped and its file removed."""
-
-    exit_code = 130
 
 
 @contextlib.contextmanager

@@ -18,15 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ctrain.errors import ConfigError, CtrainError
+from ctrain.errors import CtrainError, JobRequestError
 from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, RUNTIME_CHOICES
 
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
 MAX_SIGNAL_SECONDS = 65535  # sbatch --signal's limit
-
-
-class JobRequestError(ConfigError):
-    """A job request that cannot work as asked."""
+TEMPLATE_OPTIONS = ("nodes", "cpus-per-task", "mem", "time", "job-name", "signal")  # enabled
 
 
 @dataclass(frozen=True)
@@ -68,6 +65,15 @@ def templates_dir(environ: Mapping[str, str] | None = None) -> Path:
     raise CtrainError(
         "ctrain's job templates (jobs/*.sbatch) are not installed here",
         f"set {ENV_JOBS_DIR} to the jobs/ directory of a ctrain checkout",
+    )
+
+
+def _damaged(mode: str, what: str) -> CtrainError:
+    """A job template that is not as ctrain writes them (edited by hand, or another version)."""
+    name = f"jobs/{mode}.sbatch" if mode else "a job template"
+    return CtrainError(
+        f"{name} is damaged: {what}",
+        f"restore jobs/ from ctrain's source, or set {ENV_JOBS_DIR} to an intact copy",
     )
 
 
@@ -162,11 +168,16 @@ def resolve(request: JobRequest, text: str) -> Resolved:
     """The template's values overridden by the request, and checked together."""
     mode = request.mode
     options = sbatch_options(text)
+    missing = [key for key in TEMPLATE_OPTIONS if key not in options]
+    if missing:
+        raise _damaged(mode, f"no #SBATCH --{missing[0]}= line")
     signal = re.search(r"USR2@(\d+)", options["signal"])
-    assert signal is not None, "template without --signal=B:USR2@SECONDS"
+    if signal is None:
+        raise _damaged(mode, "no --signal=B:USR2@SECONDS line")
     defaults = re.search(r"^default_image=(.*)$", text, re.MULTILINE)
     runtime_default = re.search(r"^default_runtime=(.*)$", text, re.MULTILINE)
-    assert defaults is not None and runtime_default is not None
+    if defaults is None or runtime_default is None:
+        raise _damaged(mode, "no default_image= or default_runtime= line")
     gpus = request.gpus_per_node
     if gpus is None:
         gpus = _int(options, "gpus-per-node") if "gpus-per-node" in options else 0
@@ -293,7 +304,8 @@ def _set_option(text: str, key: str, value: str | None) -> str:
     it (``##SBATCH``) when value is None."""
     pattern = re.compile(rf"^#{{1,2}}SBATCH --{re.escape(key)}=.*$", re.MULTILINE)
     found = pattern.findall(text)
-    assert len(found) == 1, f"template needs exactly one --{key} line"
+    if len(found) != 1:
+        raise _damaged("", f"{len(found)} --{key} lines, not one")
     if value is None:
         old = found[0].lstrip("#")
         line = f"##{old}"
@@ -304,7 +316,8 @@ def _set_option(text: str, key: str, value: str | None) -> str:
 
 def _set_line(text: str, pattern: str, line: str) -> str:
     regex = re.compile(pattern, re.MULTILINE)
-    assert len(regex.findall(text)) == 1, f"template needs exactly one line matching {pattern}"
+    if len(regex.findall(text)) != 1:
+        raise _damaged("", f"not exactly one line matching {pattern}")
     return regex.sub(lambda _: line, text)
 
 

@@ -30,22 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from ctrain import __version__
-from ctrain.errors import CtrainError
+from ctrain.errors import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
+from ctrain.errors import CheckpointError
 from ctrain.names import ENV_LAUNCH_MODE, ENV_WORLD_SIZE
 from ctrain.util import fs
 
-#: The exit code with which training asks its job script to requeue the job (EX_TEMPFAIL).
-REQUEUE_EXIT_CODE = 75
 MANIFEST = "manifest.json"
 STATE = "state"  # the state writer's file prefix inside a checkpoint directory
 TMP_PREFIX = ".tmp-ckpt-"
 _NAME = re.compile(r"^ckpt-e(\d{6,})-s(\d{9,})$")
-
-
-class CheckpointError(CtrainError):
-    """A checkpoint that cannot be used: another model or configuration, or damaged."""
-
-    exit_code = 6
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctrain.errors import CtrainError
+from ctrain.errors import DataError
 from ctrain.settings import Resolved, resolve
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 SPLIT_NAMES = ("train", "validation", "test")
 INFO = "dataset_info.json"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
-class DataError(CtrainError):
-    """A dataset that is not where it should be, or a folder that is not a dataset."""
-
-    exit_code = 2
 
 
 def data_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:

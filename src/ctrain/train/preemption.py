@@ -33,9 +33,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from ctrain.errors import REQUEUE_EXIT_CODE, CheckpointError
 from ctrain.names import Mode
 from ctrain.train import checkpoints
-from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 
 Callback = tf.keras.callbacks.Callback
 
@@ -111,7 +111,7 @@ def _skip_first_steps(model: Any, count: int) -> None:
             return function
         per_execution = int(model._steps_per_execution.numpy()) if model._steps_per_execution else 1
         if per_execution != 1:
-            raise checkpoints.CheckpointError(
+            raise CheckpointError(
                 "resuming in the middle of an epoch needs steps_per_execution=1",
                 "compile the model without steps_per_execution",
             )
@@ -142,7 +142,7 @@ def resume(
     """
     install()
     if getattr(model, "optimizer", None) is None or not model.built:
-        raise checkpoints.CheckpointError(
+        raise CheckpointError(
             "ctx.resume needs a built and compiled model",
             "build the model (give it an Input) and call model.compile before ctx.resume",
         )
@@ -188,7 +188,7 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
     ) -> None:
         super().__init__()
         if every_epochs < 1 or check_every < 1 or keep < 1:
-            raise checkpoints.CheckpointError(
+            raise CheckpointError(
                 "every_epochs, check_every and keep must be at least 1", "pass positive values"
             )
         self.ctx = ctx
