@@ -18,6 +18,7 @@ from pathlib import Path
 
 import ctrain
 
+REPO = Path(__file__).resolve().parent.parent  # the checkout
 BIN = Path(sys.executable).parent
 CTRAIN = str(BIN / "ctrain")
 SRC = str(Path(ctrain.__file__).resolve().parent.parent)

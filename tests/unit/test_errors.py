@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ctrain import errors
+from tests.helpers import REPO
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO / "README.md"
 
 
 def readme_exit_codes() -> dict[int, set[str]]:

@@ -15,9 +15,9 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
 from ctrain.names import JOB_MODES, Launched, Mode, Operation, is_remote, schemes
 from ctrain.settings import SETTINGS, resolve
+from tests.helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "jobs"
+TEMPLATES = REPO / "jobs"
 LAUNCHED = Launched(Mode.MULTIWORKER, 3, 4, 1, 2, "nccl", 90)
 
 
@@ -63,7 +63,7 @@ def test_a_nested_launch_reads_the_settings_not_the_outer_decisions(tmp_path: Pa
 
 
 def test_readme_names_every_launch_variable() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert [name for name in LAUNCHED.to_env() if f"`{name}`" not in readme] == []
 
 

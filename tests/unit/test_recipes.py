@@ -10,17 +10,17 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from spython.main.parse.parsers import SingularityParser
+
+from tests.helpers import REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile.gpu"
 INSTALL = REPO / "docker" / "install.sh"
 DEFS = REPO / "definitions"

@@ -1,7 +1,7 @@
 """``ctrain job render|submit``: golden scripts, the templates themselves, refusals with fixes.
 
 Regenerate the golden files after an intended change:
-    CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/test_jobs.py
+    CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/slurm/test_jobs.py
 then read the diff (git diff tests/unit/golden/jobs) before committing it.
 """
 
@@ -21,11 +21,10 @@ from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
-from tests.helpers import sandbox
+from tests.helpers import REPO, sandbox
 
-REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "jobs"
-GOLDEN = Path(__file__).resolve().parent / "golden" / "jobs"
+GOLDEN = REPO / "tests" / "unit" / "golden" / "jobs"
 REGEN = bool(os.environ.get("CTRAIN_REGEN_GOLDEN"))  # read before the fixture clears CTRAIN_*
 WEIRD = ("python", "my train.py", "--note", 'it\'s a "test"\n$HOME `id` ;|&', "--lr=0.1")
 

@@ -1,6 +1,6 @@
 """Argv and environment of every runtime for every option combination, against a golden file.
 
-Regenerate after an intended change: CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/test_runtimes.py
+Regenerate after an intended change: CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/container/test_runtimes.py
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from ctrain.container.docker import mount
 from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Bind, parse_bind, parse_env_file
 from ctrain.errors import CtrainError, SpecError
+from tests.helpers import REPO
 
-GOLDEN = Path(__file__).parent / "golden" / "runtimes.json"
+GOLDEN = REPO / "tests" / "unit" / "golden" / "runtimes.json"
 HOST_ENV = {
     "PATH": "/usr/bin",
     "HOME": "/home/u",

@@ -19,8 +19,8 @@ from ctrain import __version__
 from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 COMMANDS = [
     "exec",
     "run",

@@ -16,8 +16,7 @@ from ctrain.bench.core import BenchOptions, scaling_rows
 from ctrain.cli import main
 from ctrain.errors import ExternalToolError
 from ctrain.util import proc
-
-from .test_bench import rank_report, result
+from tests.unit.bench.test_core import rank_report, result
 
 
 def test_plot_is_a_png(tmp_path: Path) -> None:
