@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     found = Launched.from_env(environ)
     if found is not None:
         return found
-    job = JobEnv.from_environ(environ, socket.gethostname())
+    job = JobEnv.from_environ(environ, os.uname().nodename)
     from ctrain.launch.gpus import visible_gpus
 
     options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))

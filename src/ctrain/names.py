@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ctrain.errors import LaunchError
 
@@ -97,8 +96,7 @@ ENV_LAUNCH_COLLECTIVE = "CTRAIN_LAUNCH_COLLECTIVE"
 ENV_LAUNCH_COLLECTIVE_TIMEOUT = "CTRAIN_LAUNCH_COLLECTIVE_TIMEOUT"
 
 
-@dataclass(frozen=True)
-class Launched:
+class Launched(NamedTuple):
     """What ``ctrain launch`` decided for this process, as the script reads it."""
 
     mode: Mode

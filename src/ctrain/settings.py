@@ -6,11 +6,11 @@ Config files are TOML with top-level keys named as the settings: ``./ctrain.toml
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
 from ctrain.errors import ConfigError
 from ctrain.names import (
@@ -20,11 +20,6 @@ from ctrain.names import (
     MODE_CHOICES,
     RUNTIME_CHOICES,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 Value = str | int | bool | tuple[str, ...] | None
 
@@ -62,8 +57,7 @@ def _text(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     name: str
     default: Value
     help: str
@@ -127,16 +121,16 @@ SETTINGS = CORE_SETTINGS + BENCH_SETTINGS  # resolved, shown and checked togethe
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     value: Value
     source: str  # "flag", "env CTRAIN_X", "file PATH:LINE" or "default"
 
 
-def config_files(environ: Mapping[str, str], cwd: Path) -> list[Path]:
-    """Config files in precedence order, the first one winning."""
-    xdg = environ.get("XDG_CONFIG_HOME") or str(Path(environ.get("HOME", "~")) / ".config")
-    return [cwd / "ctrain.toml", Path(xdg) / "ctrain" / "config.toml"]
+def config_files(environ: Mapping[str, str], cwd: str | os.PathLike[str]) -> list[str]:
+    """Config files in precedence order, the first one winning. (os.path, not pathlib: this
+    module is on `ctrain launch`'s start-up path.)"""
+    xdg = environ.get("XDG_CONFIG_HOME") or os.path.join(environ.get("HOME", "~"), ".config")
+    return [os.path.join(cwd, "ctrain.toml"), os.path.join(xdg, "ctrain", "config.toml")]
 
 
 def _line_of(text: str, key: str) -> int:
@@ -160,14 +154,19 @@ def _from_toml(setting: Setting, raw: object) -> Value:
     return setting.parse(str(raw))
 
 
-def read_config(path: Path) -> dict[str, Resolved]:
+def read_config(path: str) -> dict[str, Resolved]:
     """Settings from one TOML file; a malformed file or value names the file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", "fix or remove the file") from exc
+    if sys.version_info >= (3, 11):  # imported here: most runs have no config file
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -192,7 +191,7 @@ def read_config(path: Path) -> dict[str, Resolved]:
 
 
 def resolve(
-    flags: Mapping[str, Value], environ: Mapping[str, str], cwd: Path
+    flags: Mapping[str, Value], environ: Mapping[str, str], cwd: str | os.PathLike[str]
 ) -> dict[str, Resolved]:
     """The effective value of every setting and where it came from."""
     from_files: dict[str, Resolved] = {}

@@ -47,12 +47,10 @@ def setting_option(
 
 
 def settings_from(flags: dict[str, str | None]) -> dict[str, Resolved]:
-    from pathlib import Path
-
     from ctrain.settings import Value, parse_flag, resolve
 
     parsed: dict[str, Value] = {name: parse_flag(name, text) for name, text in flags.items()}
-    return resolve(parsed, os.environ, Path.cwd())
+    return resolve(parsed, os.environ, os.getcwd())
 
 
 class DashDashCommand(click.Command):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ctrain.launch.jobenv import JobEnv
 from ctrain.util import proc
@@ -14,9 +14,8 @@ NVIDIA_SMI_TIMEOUT = 30.0
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: [^)]*\))?\s*$", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Gpu:
-    index: str
+class Gpu(NamedTuple):
+    number: str  # nvidia-smi's index (a tuple's `index` is a method)
     name: str
 
 
@@ -38,4 +37,4 @@ def visible_gpus(job: JobEnv, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The GPU indices this process can see: from the environment, else asked of nvidia-smi."""
     if job.gpus.visible is not None:
         return job.gpus.visible
-    return tuple(gpu.index for gpu in list_gpus(environ) or ())
+    return tuple(gpu.number for gpu in list_gpus(environ) or ())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ctrain.errors import EnvironmentParseError
 from ctrain.launch.hostlist import expand_hostlist, expand_tasks_per_node
@@ -94,8 +94,7 @@ def _check_below(
         )
 
 
-@dataclass(frozen=True)
-class SlurmEnv:
+class SlurmEnv(NamedTuple):
     """The Slurm job and step this process runs in (all None/empty outside Slurm)."""
 
     job_id: str | None
@@ -165,8 +164,7 @@ def _check_slurm(
         )
 
 
-@dataclass(frozen=True)
-class MpiEnv:
+class MpiEnv(NamedTuple):
     """The MPI (or horovodrun) launch this process belongs to; all None when not launched so."""
 
     launcher: str | None
@@ -195,8 +193,7 @@ class MpiEnv:
         return cls(launcher=None, rank=None, size=None, local_rank=None, local_size=None)
 
 
-@dataclass(frozen=True)
-class GpuEnv:
+class GpuEnv(NamedTuple):
     """The GPUs this process may use: indices or UUIDs; () for none, None when unknown."""
 
     visible: tuple[str, ...] | None
@@ -235,8 +232,7 @@ def _parse_gpus(name: str, raw: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-@dataclass(frozen=True)
-class JobEnv:
+class JobEnv(NamedTuple):
     """Slurm, MPI and GPU facts about this process, plus the host it runs on."""
 
     slurm: SlurmEnv

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.names import AUTO, MULTI_PROCESS, Mode
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     """Where this process stands: its ranks, and which launcher's variables said so."""
 
     rank: int

@@ -6,10 +6,8 @@ applies it to an environment. Nothing here reads the process environment or star
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
@@ -41,8 +39,7 @@ DEFAULTS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(NamedTuple):
     mode: str = AUTO
     collective: str = AUTO
     collective_timeout: int = 600
@@ -60,8 +57,7 @@ class LaunchOptions:
         )
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     mode: Mode
     place: Placement
     hosts: tuple[str, ...]  # the job's nodes, in Slurm's order
@@ -69,8 +65,8 @@ class Plan:
     gpus: tuple[str, ...]  # the GPUs this rank uses
     collective: str
     tf_config: dict[str, Any] | None
-    env_set: dict[str, str] = field(default_factory=dict)
-    env_unset: tuple[str, ...] = ()
+    env_set: dict[str, str]
+    env_unset: tuple[str, ...]
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -199,6 +195,8 @@ def _environment(
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     if tf_config is not None:
+        import json  # only multiworker needs it; `launch --explain` starts at Click's speed
+
         env["TF_CONFIG"] = json.dumps(tf_config, separators=(",", ":"))
     if mode is Mode.HOROVOD and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in environ:
         env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(options.collective_timeout)

@@ -6,8 +6,7 @@ The image's entrypoint. It stays light: no TensorFlow is imported before the exe
 from __future__ import annotations
 
 import importlib.util
-import json
-import socket
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
@@ -30,6 +29,8 @@ def _check_horovod() -> None:
 
 def _check_port_free(port: int) -> None:
     """A taken port fails now with its number, not later as a gRPC hang."""
+    import socket  # here, not at the top: `launch --explain` starts at Click's speed
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -43,7 +44,7 @@ def _check_port_free(port: int) -> None:
 
 def prepare(options: LaunchOptions, environ: Mapping[str, str]) -> Plan:
     """The plan for this process, from its real environment."""
-    job = JobEnv.from_environ(environ, socket.gethostname())
+    job = JobEnv.from_environ(environ, os.uname().nodename)
     plan = make_plan(job, options, environ, visible_gpus(job, environ))
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
@@ -52,6 +53,8 @@ def prepare(options: LaunchOptions, environ: Mapping[str, str]) -> Plan:
 
 def explain(plan: Plan, as_json: bool) -> str:
     if as_json:
+        import json
+
         return json.dumps(plan.explain(), indent=2)
     lines = [plan.banner()]
     lines += [f"  set   {k}={v}" for k, v in sorted(plan.env_set.items())]

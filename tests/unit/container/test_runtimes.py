@@ -1,6 +1,7 @@
 """Argv and environment of every runtime for every option combination, against a golden file.
 
-Regenerate after an intended change: CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/container/test_runtimes.py
+Regenerate after an intended change:
+    CTRAIN_REGEN_GOLDEN=1 pytest tests/unit/container/test_runtimes.py
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""util/proc.py: a failed tool becomes one ExternalToolError with its last line and a fix."""
+"""util/proc.py: a failed tool becomes one ExternalToolError with its last line and a fix;
+``which`` searches PATH as shutil.which does."""
 
 from __future__ import annotations
 
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,30 @@ def test_missing_program_and_timeout() -> None:
         proc.check(["/nonexistent/tool"])
     with pytest.raises(ExternalToolError, match="did not finish within 0.5 s"):
         proc.check([PY, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def _program(directory: Path, name: str, mode: int = 0o755) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+    return path
+
+
+def test_which_takes_the_first_executable_on_the_given_path(tmp_path: Path) -> None:
+    _program(tmp_path / "a", "tool", mode=0o644)  # not executable: skipped
+    (tmp_path / "b" / "tool").mkdir(parents=True)  # a directory: skipped
+    wanted = _program(tmp_path / "c", "tool")
+    _program(tmp_path / "d", "tool")
+    path = ":".join(str(tmp_path / d) for d in ("a", "", "b", "c", "d"))
+    env = {"PATH": path}
+    assert proc.which("tool", env) == str(wanted) == shutil.which("tool", path=path)
+    assert proc.which("missing", env) is None
+    assert proc.which("tool", {"PATH": ""}) is None
+
+
+def test_which_checks_a_path_as_given(tmp_path: Path) -> None:
+    program = _program(tmp_path, "tool")
+    assert proc.which(str(program), {"PATH": ""}) == str(program)
+    assert proc.which(str(tmp_path / "nope"), {}) is None
+    assert proc.which(str(tmp_path), {}) is None
