@@ -99,7 +99,7 @@ def jobs_to_cancel() -> Iterator[list[str]]:
         subprocess.run(["scancel", job], capture_output=True, timeout=30)
 
 
-def submit(script: str, workdir: Path, submitted: list[str]) -> str:
+def submit(script: str, workdir: Path, submitted: list[str], **extra: str) -> str:
     path = workdir / "job.sbatch"
     path.write_text(script)
     done = subprocess.run(
@@ -108,7 +108,7 @@ def submit(script: str, workdir: Path, submitted: list[str]) -> str:
         text=True,
         timeout=60,
         cwd=workdir,
-        env=job_env(),
+        env=job_env(**extra),
     )
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().split(";")[0]
@@ -276,7 +276,12 @@ def test_multiworker_job_script_through_docker_requeued_once(
     out = tmp_path / "out"
     command = ["python", str(tmp_path / "train.py"), str(out), str(EPOCHS), "--step-sleep", "0.15"]
     script = render("multiworker", command, runtime="docker", image=image, job_name="docker")
-    job = submit(script, tmp_path, jobs_to_cancel)
+    # This machine sets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, which change numpy's kernels (and so
+    # the bits of the data): the container gets them too, or it computes other weights.
+    blas = tmp_path / "blas.env"
+    settings = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
+    blas.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    job = submit(script, tmp_path, jobs_to_cancel, CTRAIN_ENV_FILE=str(blas))
     wait_for_epoch_of_run(job, out, 0, tmp_path)
     sh(["scancel", "--signal=USR2", "--batch", job])  # through srun, docker and tini
     record = wait_done(job, tmp_path)
