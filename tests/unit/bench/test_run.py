@@ -163,7 +163,10 @@ def test_bench_cli_errors_are_one_line(args: list[str], message: str) -> None:
     assert "Traceback" not in result_.output
 
 
-def test_default_script_is_the_examples_one() -> None:
-    found = run.default_script()
-    assert found is not None and found.name == "synthetic_benchmark.py"
-    assert found.parent.name == "examples"
+def test_without_a_script_the_packaged_benchmark_runs(
+    tmp_path: Path, fake_stream: FakeStream
+) -> None:
+    run.run(BenchOptions(workers=(1,)), tmp_path, {}, None, "/v/python", "/v/ctrain",
+            progress_out=io.StringIO())  # fmt: skip
+    argv = fake_stream.calls[0][0]
+    assert argv[argv.index("--") + 1 :][:3] == ["/v/python", "-m", "ctrain.bench.synthetic"]
