@@ -176,16 +176,23 @@ def _run_logged(
         return proc.stream(argv, env, on_line, timeout=timeout)
 
 
+def can_plot() -> bool:
+    """Whether matplotlib is installed (the ``train`` extra has it; the images do not)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def write_outputs(report: BenchReport, out_dir: Path) -> dict[str, Path]:
-    """bench.json, bench.md and speedup.png in ``out_dir``, each whole or not at all."""
-    paths = {
-        "json": out_dir / "bench.json",
-        "markdown": out_dir / "bench.md",
-        "plot": out_dir / "speedup.png",
-    }
+    """bench.json, bench.md and, where matplotlib is installed, speedup.png in ``out_dir``,
+    each whole or not at all; the paths by kind (no "plot" without matplotlib)."""
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
     out_dir.mkdir(parents=True, exist_ok=True)
     fs.write_text(paths["json"], json.dumps(report.to_json(), indent=2) + "\n")
     fs.write_text(paths["markdown"], markdown_report(report))
+    if not can_plot():
+        return paths
+    paths["plot"] = out_dir / "speedup.png"
     rows = report.rows()
     if rows:
         o = report.options

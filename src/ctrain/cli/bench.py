@@ -73,7 +73,8 @@ def bench(**flags: str | None) -> None:
     (srun -n N ctrain launch -- python -m ctrain.bench.synthetic ...; mpirun -np N for horovod
     without Slurm), shows progress on stderr, and writes OUT/bench.json, OUT/bench.md (workers,
     images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
-    the ideal line). Speed-up is against the smallest worker count given.
+    the ideal line; where matplotlib is installed). Speed-up is against the smallest worker
+    count given.
     """
     import shlex
     from pathlib import Path
@@ -119,6 +120,8 @@ def bench(**flags: str | None) -> None:
     click.echo(benching.markdown_table(report.rows()), nl=False)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
+    if "plot" not in paths:
+        click.echo("plot: not drawn, matplotlib is not installed here (pip install matplotlib)")
 
 
 def _count(value: Value) -> int:
