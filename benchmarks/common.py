@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent
 PYTHON = str(BIN / "python")
 CTRAIN = str(BIN / "ctrain")
 EXAMPLES = REPO / "examples"
-SYNTHETIC = str(EXAMPLES / "synthetic_benchmark.py")
+SYNTHETIC = ["-m", "ctrain.bench.synthetic"]  # after PYTHON: the benchmark ctrain ships
 TRANSFER = str(EXAMPLES / "resnet50_transfer.py")
 LAUNCHER_PREFIXES = ("SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_", "CTRAIN_")
 

@@ -31,7 +31,7 @@ def launch_variants(image: str | None, work: Path) -> dict[str, Callable[[Path],
     short = ["--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters", "1"]
 
     def script(report: Path) -> list[str]:
-        return [SYNTHETIC, *MODEL, *short, "--threads", "1", "--report", str(report)]
+        return [*SYNTHETIC, *MODEL, *short, "--threads", "1", "--report", str(report)]
 
     variants: dict[str, Callable[[Path], list[str]]] = {
         DIRECT: lambda r: [PYTHON, *script(r)],
@@ -106,7 +106,7 @@ def launch_overhead(reps: int, image: str | None, work: Path) -> dict[str, Any]:
 def launch_table(section: dict[str, Any]) -> str:
     lines = [
         "Time from starting the command to the script's Python starting, and to the end of its "
-        "first training step (synthetic_benchmark.py, MobileNetV2 64x64, batch 32, one thread; "
+        "first training step (ctrain.bench.synthetic, MobileNetV2 64x64, batch 32, one thread; "
         f"median of {section['reps']} runs, docker ones of {min(2, section['reps'])}; the first "
         "step includes the "
         "TensorFlow import and the model build):",
@@ -132,12 +132,12 @@ def memory(work: Path, scaling_found: dict[str, Any], steps: int) -> dict[str, A
     say("memory: the same benchmark run directly")
     report = work / "memory-direct"
     argv = [
-        PYTHON, SYNTHETIC, *MODEL, "--num-warmup-batches", "3", "--num-batches-per-iter",
+        PYTHON, *SYNTHETIC, *MODEL, "--num-warmup-batches", "3", "--num-batches-per-iter",
         str(max(1, steps // 5)), "--num-iters", "5", "--threads", "1", "--report", str(report),
     ]  # fmt: skip
     run(argv, clean_env(), log=work / "memory-direct.log")
     direct = float(json.loads((report / "rank0.json").read_text())["peak_rss_mb"])
-    rows = [{"how": "python synthetic_benchmark.py (direct)", "peak_rss_mb": [direct]}]
+    rows = [{"how": "python -m ctrain.bench.synthetic (direct)", "peak_rss_mb": [direct]}]
     for mode, found in scaling_found.items():
         for r in found.get("runs", []):
             launcher = "srun --mpi=pmix" if mode == "horovod" else "srun"

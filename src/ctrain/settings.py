@@ -112,7 +112,9 @@ BENCH_SETTINGS: tuple[Setting, ...] = (
         _choice(*BENCH_LAUNCHER_CHOICES),
     ),
     Setting("bench_launcher_args", None, "more srun/mpirun options for ctrain bench", _text),
-    Setting("bench_script", None, "benchmark script (default: examples/ beside ctrain)", _text),
+    Setting(
+        "bench_script", None, "benchmark script (default: python -m ctrain.bench.synthetic)", _text
+    ),
     Setting("bench_timeout", 3600, "seconds one ctrain bench run may take", _positive_int),
     Setting("bench_out", "runs/bench", "directory for ctrain bench's outputs", _text),
 )

@@ -22,6 +22,7 @@ from tests.helpers import CTRAIN
 
 from .images import REPO, base_image
 from .jobs import clean_env, reports, run
+from .test_bench_real import TINY
 
 REGISTRY = "127.0.0.1:5000"
 TAG = "ci"
@@ -106,6 +107,28 @@ def test_cpu_image_labels_and_entrypoint(cpu_image: str) -> None:
     assert check.returncode == 0, check.stderr
     for feature in ("TensorFlow", "MPI", "Gloo"):
         assert re.search(rf"\[X\] {feature}$", check.stdout, re.M), check.stdout
+
+
+def bench_and_examples_inside(image: str) -> float:
+    """`ctrain examples list` and a 1-worker `ctrain bench --launcher local` in ``image``, away
+    from any checkout: the benchmark and the examples ship in the package (issue 18). The
+    bench's wall time in seconds."""
+    listed = docker_run(image, "ctrain", "examples", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [
+        "mnist_cnn.py",
+        "resnet50_transfer.py",
+    ]
+    t0 = time.monotonic()
+    done = docker_run(image, "ctrain", "bench", "--workers", "1", "--launcher", "local", *TINY,
+                      "--out", "/tmp/bench", timeout=600)  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert re.search(r"^\| 1 \| single \| \d+\.\d \|", done.stdout, re.M), done.stdout
+    return time.monotonic() - t0
+
+
+def test_bench_and_examples_inside_the_cpu_image(cpu_image: str) -> None:
+    print(f"ctrain bench --workers 1 in {cpu_image}: {bench_and_examples_inside(cpu_image):.0f} s")
 
 
 def test_warm_rebuild_is_cached(cpu_image: str, base: str) -> None:

@@ -196,7 +196,8 @@ def test_synthetic_benchmark_reports_like_horovods(tmp_path: Path) -> None:
     done = run(
         [
             PYTHON,
-            str(EXAMPLES / "synthetic_benchmark.py"),
+            "-m",
+            "ctrain.bench.synthetic",
             "--model",
             "MobileNetV2",
             "--image-size",

@@ -1,7 +1,8 @@
 """``ctrain bench``: the synthetic benchmark at several worker counts, and the scaling report.
 
-Each count runs examples/synthetic_benchmark.py through the launch path users use
-(``srun -n N ctrain launch -- python synthetic_benchmark.py ...``; ``mpirun -np N ...`` for
+Each count runs the synthetic benchmark (``ctrain.bench.synthetic``, or the user's script)
+through the launch path users use (``srun -n N ctrain launch -- python -m
+ctrain.bench.synthetic ...``; ``mpirun -np N ...`` for
 Horovod where there is no Slurm); every rank writes a JSON report, and the chief's rates give
 the table. This module holds the pure part: options, results, the scaling math, the Markdown,
 the argv builders and the progress line. ``ctrain.bench.run`` runs them.
@@ -19,6 +20,7 @@ from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+SYNTHETIC_MODULE = "ctrain.bench.synthetic"  # the benchmark ``ctrain bench`` runs by default
 
 
 @dataclass(frozen=True)
@@ -223,12 +225,14 @@ def choose_launcher(
 
 
 def benchmark_command(
-    python: str, script: str, options: BenchOptions, report_dir: str
+    python: str, script: str | None, options: BenchOptions, report_dir: str
 ) -> list[str]:
-    """The training command every rank runs."""
+    """The training command every rank runs: the user's ``script``, else ctrain's own
+    benchmark (``python -m ctrain.bench.synthetic``)."""
+    program = [script] if script is not None else ["-m", SYNTHETIC_MODULE]
     return [
         python,
-        script,
+        *program,
         "--model",
         options.model,
         "--batch-size",

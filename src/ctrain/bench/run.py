@@ -33,18 +33,6 @@ from ctrain.bench.core import (
 from ctrain.errors import ExternalToolError
 from ctrain.util import fs, proc
 
-SCRIPT_NAME = "synthetic_benchmark.py"
-
-
-def default_script() -> Path | None:
-    """examples/synthetic_benchmark.py of the source tree ctrain runs from, if there is one."""
-    here = Path(__file__).resolve()
-    for parent in here.parents[1:4]:
-        candidate = parent / "examples" / SCRIPT_NAME
-        if candidate.is_file():
-            return candidate
-    return None
-
 
 class Progress:
     """A progress bar: redrawn in place on a terminal, one line per change elsewhere."""
@@ -83,14 +71,15 @@ def run(
     options: BenchOptions,
     out_dir: Path,
     environ: Mapping[str, str],
-    script: Path,
+    script: Path | None,
     python: str,
     ctrain: str,
     progress_out: TextIO,
     command: str = "",
     on_result: Callable[[BenchReport], object] | None = None,
 ) -> BenchReport:
-    """Run every worker count in turn; each run's output goes to out_dir/logs/wN.log."""
+    """Run every worker count in turn (``script``, else ctrain's own benchmark); each run's
+    output goes to out_dir/logs/wN.log."""
     launcher = choose_launcher(
         options.launcher,
         options.mode,
@@ -109,7 +98,12 @@ def run(
     units = options.iters + 1  # the warm-up, then each timed iteration
     progress = Progress(units * len(options.workers), progress_out)
     for workers in options.workers:
-        bench = benchmark_command(python, str(script), options, str(_reports_dir(out_dir, workers)))
+        bench = benchmark_command(
+            python,
+            None if script is None else str(script),
+            options,
+            str(_reports_dir(out_dir, workers)),
+        )
         argv = _launch(options, launcher, workers, ctrain, bench)
         progress.start_run(f"{workers} worker{'s' if workers > 1 else ''}:")
         start = time.monotonic()
@@ -182,16 +176,23 @@ def _run_logged(
         return proc.stream(argv, env, on_line, timeout=timeout)
 
 
+def can_plot() -> bool:
+    """Whether matplotlib is installed (the ``train`` extra has it; the images do not)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def write_outputs(report: BenchReport, out_dir: Path) -> dict[str, Path]:
-    """bench.json, bench.md and speedup.png in ``out_dir``, each whole or not at all."""
-    paths = {
-        "json": out_dir / "bench.json",
-        "markdown": out_dir / "bench.md",
-        "plot": out_dir / "speedup.png",
-    }
+    """bench.json, bench.md and, where matplotlib is installed, speedup.png in ``out_dir``,
+    each whole or not at all; the paths by kind (no "plot" without matplotlib)."""
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
     out_dir.mkdir(parents=True, exist_ok=True)
     fs.write_text(paths["json"], json.dumps(report.to_json(), indent=2) + "\n")
     fs.write_text(paths["markdown"], markdown_report(report))
+    if not can_plot():
+        return paths
+    paths["plot"] = out_dir / "speedup.png"
     rows = report.rows()
     if rows:
         o = report.options

@@ -31,6 +31,7 @@ COMMANDS = {
     "job": "jobs:job",
     "data": "data:data",
     "bench": "bench:bench",
+    "examples": "examples:examples",
     "config": "config:config",
     "doctor": "doctor:doctor",
 }

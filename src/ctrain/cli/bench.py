@@ -68,11 +68,13 @@ def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
 def bench(**flags: str | None) -> None:
     """Measure images/second and scaling efficiency with the synthetic benchmark.
 
-    Runs examples/synthetic_benchmark.py at each worker count through the launch path users
-    use (srun -n N ctrain launch -- python synthetic_benchmark.py ...; mpirun -np N for horovod
+    Runs ctrain's synthetic benchmark (python -m ctrain.bench.synthetic; --script PATH runs
+    your own with the same options) at each worker count through the launch path users use
+    (srun -n N ctrain launch -- python -m ctrain.bench.synthetic ...; mpirun -np N for horovod
     without Slurm), shows progress on stderr, and writes OUT/bench.json, OUT/bench.md (workers,
     images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
-    the ideal line). Speed-up is against the smallest worker count given.
+    the ideal line; where matplotlib is installed). Speed-up is against the smallest worker
+    count given.
     """
     import shlex
     from pathlib import Path
@@ -81,13 +83,11 @@ def bench(**flags: str | None) -> None:
     from ctrain.bench import run
 
     s = {name: r.value for name, r in settings_from(checked(flags)).items()}
-    script = run.default_script() if s["bench_script"] is None else Path(str(s["bench_script"]))
-    if script is None or not script.is_file():
+    script = None if s["bench_script"] is None else Path(str(s["bench_script"]))
+    if script is not None and not script.is_file():
         raise ConfigError(
-            f"no benchmark script at {script}"
-            if s["bench_script"] is not None
-            else "examples/synthetic_benchmark.py is not beside this ctrain installation",
-            "give --script PATH/TO/synthetic_benchmark.py (from ctrain's source, examples/)",
+            f"no benchmark script at {script}",
+            "give --script an existing file, or leave it out to run ctrain's own benchmark",
         )
     options = benching.BenchOptions(
         workers=benching.parse_workers(str(s["bench_workers"])),
@@ -109,7 +109,7 @@ def bench(**flags: str | None) -> None:
         options,
         out,
         os.environ,
-        script.resolve(),
+        None if script is None else script.resolve(),
         sys.executable,
         _ctrain_beside(sys.executable),
         progress_out=sys.stderr,
@@ -120,6 +120,8 @@ def bench(**flags: str | None) -> None:
     click.echo(benching.markdown_table(report.rows()), nl=False)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
+    if "plot" not in paths:
+        click.echo("plot: not drawn, matplotlib is not installed here (pip install matplotlib)")
 
 
 def _count(value: Value) -> int:

@@ -1,4 +1,5 @@
-"""sbatch job scripts rendered from the templates in jobs/: pure functions, checked requests.
+"""sbatch job scripts rendered from the templates shipped in ctrain/jobs/ (the repository's
+jobs/): pure functions, checked requests.
 
 The templates are complete job scripts (they run as they are); rendering changes only their
 values: the ``#SBATCH`` options, the default image and runtime, ``--nv``, and the default
@@ -13,13 +14,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctrain.errors import CtrainError, JobRequestError
 from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, RUNTIME_CHOICES
+from ctrain.util.shipped import shipped_dir
 
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
 MAX_SIGNAL_SECONDS = 65535  # sbatch --signal's limit
@@ -51,21 +52,18 @@ class JobRequest:
 
 
 def templates_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where the job templates are: $CTRAIN_JOBS_DIR, the source checkout's jobs/, or the
-    installed copy in <prefix>/share/ctrain/jobs."""
+    """Where the job templates are: $CTRAIN_JOBS_DIR, else the ones shipped in the package
+    (ctrain/jobs, found through importlib.resources)."""
     env = os.environ if environ is None else environ
-    candidates = [Path(env[ENV_JOBS_DIR])] if env.get(ENV_JOBS_DIR) else []
-    candidates += [
-        Path(__file__).resolve().parents[3] / "jobs",
-        Path(sys.prefix) / "share" / "ctrain" / "jobs",
-    ]
-    for candidate in candidates:
-        if (candidate / "single.sbatch").is_file():
-            return candidate
-    raise CtrainError(
-        "ctrain's job templates (jobs/*.sbatch) are not installed here",
-        f"set {ENV_JOBS_DIR} to the jobs/ directory of a ctrain checkout",
-    )
+    if not env.get(ENV_JOBS_DIR):
+        return shipped_dir("jobs")
+    chosen = Path(env[ENV_JOBS_DIR])
+    if not (chosen / "single.sbatch").is_file():
+        raise CtrainError(
+            f"{ENV_JOBS_DIR}={chosen} holds no job templates (no single.sbatch)",
+            f"point {ENV_JOBS_DIR} at a copy of ctrain's jobs/, or unset it",
+        )
+    return chosen
 
 
 def _damaged(mode: str, what: str) -> CtrainError:

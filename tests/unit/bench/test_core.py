@@ -207,6 +207,9 @@ def test_benchmark_command() -> None:
         "--num-warmup-batches", "3", "--num-batches-per-iter", "5", "--num-iters", "4",
         "--threads", "1", "--report", "out",
     ]  # fmt: skip
+    assert core.benchmark_command("py", None, options, "out")[:4] == [
+        "py", "-m", "ctrain.bench.synthetic", "--model",
+    ]  # fmt: skip
 
 
 def test_child_environ_sets_threads_only_when_asked() -> None:

@@ -147,6 +147,18 @@ def test_bench_cli_end_to_end_with_a_fake_launcher(tmp_path: Path, fake_stream: 
     assert argv[argv.index("--batch-size") + 1] == "8"
 
 
+def test_without_matplotlib_the_table_is_written_and_the_plot_named_missing(
+    tmp_path: Path, fake_stream: FakeStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run, "can_plot", lambda: False)
+    out = tmp_path / "out"
+    args = ["bench", "--workers", "1,2", "--out", str(out)]
+    result_ = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result_.exit_code == 0, result_.output
+    assert {p.name for p in out.iterdir()} == {"bench.json", "bench.md", "logs", "reports"}
+    assert "plot: not drawn, matplotlib is not installed here" in result_.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -163,7 +175,10 @@ def test_bench_cli_errors_are_one_line(args: list[str], message: str) -> None:
     assert "Traceback" not in result_.output
 
 
-def test_default_script_is_the_examples_one() -> None:
-    found = run.default_script()
-    assert found is not None and found.name == "synthetic_benchmark.py"
-    assert found.parent.name == "examples"
+def test_without_a_script_the_packaged_benchmark_runs(
+    tmp_path: Path, fake_stream: FakeStream
+) -> None:
+    run.run(BenchOptions(workers=(1,)), tmp_path, {}, None, "/v/python", "/v/ctrain",
+            progress_out=io.StringIO())  # fmt: skip
+    argv = fake_stream.calls[0][0]
+    assert argv[argv.index("--") + 1 :][:3] == ["/v/python", "-m", "ctrain.bench.synthetic"]

@@ -33,6 +33,7 @@ COMMANDS = [
     "job",
     "data",
     "bench",
+    "examples",
     "doctor",
     "config",
 ]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import ctrain
 from ctrain.cli import main
 from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
@@ -268,9 +269,17 @@ def test_cpu_only_multiworker_defaults_to_one_task_per_node() -> None:
 
 
 def test_templates_dir_from_environment(tmp_path: Path) -> None:
+    with pytest.raises(jobs.CtrainError, match="holds no job templates"):
+        jobs.templates_dir({jobs.ENV_JOBS_DIR: str(tmp_path)})
     (tmp_path / "single.sbatch").write_text((TEMPLATES / "single.sbatch").read_text())
     assert jobs.templates_dir({jobs.ENV_JOBS_DIR: str(tmp_path)}) == tmp_path
-    assert jobs.templates_dir({}) == TEMPLATES
+
+
+def test_templates_are_the_packages_and_the_repository_links_to_them() -> None:
+    found = jobs.templates_dir({})
+    assert found == Path(ctrain.__file__).parent / "jobs"
+    assert TEMPLATES.resolve() == found.resolve()
+    assert sorted(p.stem for p in found.glob("*.sbatch")) == sorted(JOB_MODES)
 
 
 def test_job_id_from_sbatch_parsable() -> None:

@@ -257,6 +257,75 @@ def time_pipeline(data: Any, steps: int, epochs: int, images_per_step: int) -> l
     return rates
 
 
+def train_and_evaluate(
+    args: argparse.Namespace,
+    builder: Any,
+    train: tf.data.Dataset,
+    classes: int,
+    val_split: str | None,
+    steps: int,
+    global_batch: int,
+) -> dict[str, Any]:
+    """Fine-tune, evaluate on the validation split, save the final weights; the report's part."""
+    model = build_model(args, classes)
+    out = Path(args.out)
+    throughput = Throughput(global_batch)
+    checkpoints = ctx.checkpoint_dir(out / "checkpoints")
+    callbacks = [
+        *ctx.callbacks(warmup_epochs=1),
+        throughput,
+        tf.keras.callbacks.ModelCheckpoint(
+            str(checkpoints / "epoch-{epoch:02d}.weights.h5"), save_weights_only=True
+        ),
+    ]
+    if ctx.is_chief:
+        callbacks.append(tf.keras.callbacks.TensorBoard(str(out / "logs")))
+    history = model.fit(
+        train,
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        callbacks=callbacks,
+        verbose=2 if ctx.verbose else 0,
+    )
+    accuracy = None
+    if val_split and not args.synthetic:
+        val_count = builder.info.splits[val_split].num_examples
+        val_steps = max(1, val_count // global_batch)
+        val = pipeline(builder, val_split, args, training=False)
+        _, accuracy = model.evaluate(val, steps=val_steps, verbose=0)
+        if ctx.hvd is not None:  # each rank saw its own shard
+            accuracy = float(ctx.hvd.allreduce(tf.constant(accuracy), average=True))
+    report: dict[str, Any] = dict(
+        weights=args.weights,
+        base_trainable=bool(model.get_layer("resnet50").trainable),
+        images_per_second=throughput.steady(),
+        rates=throughput.rates,
+        first_step_at=throughput.first_step_at,
+        loss=[float(v) for v in history.history["loss"]],
+        val_accuracy=accuracy,
+    )
+    # every rank saves (MultiWorkerMirroredStrategy's save is collective); only the
+    # chief's checkpoint_dir is --out, the others' is a scratch directory
+    model.save_weights(str(checkpoints / "final.weights.h5"))
+    if ctx.is_chief:
+        shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
+        print(
+            f"resnet50_transfer: mode={ctx.mode.value} replicas={ctx.replicas} "
+            f"val_accuracy={shown} images_per_second={throughput.steady():.0f}",
+            flush=True,
+        )
+    return report
+
+
+def write_report(directory: str, rank: int, report: dict[str, Any]) -> None:
+    """``DIRECTORY/rank<N>.json``, whole or not at all: a temporary file renamed."""
+    path = Path(directory, f"rank{rank}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
 def main(args: argparse.Namespace) -> None:
     tf.keras.utils.set_random_seed(42)
     builder = open_builder(args)
@@ -298,60 +367,12 @@ def main(args: argparse.Namespace) -> None:
         if ctx.is_chief:
             print(f"resnet50_transfer: pipeline alone: {rate:.0f} images/s", flush=True)
     else:
-        model = build_model(args, classes)
-        out = Path(args.out)
-        throughput = Throughput(global_batch)
-        checkpoints = ctx.checkpoint_dir(out / "checkpoints")
-        callbacks = [
-            *ctx.callbacks(warmup_epochs=1),
-            throughput,
-            tf.keras.callbacks.ModelCheckpoint(
-                str(checkpoints / "epoch-{epoch:02d}.weights.h5"), save_weights_only=True
-            ),
-        ]
-        if ctx.is_chief:
-            callbacks.append(tf.keras.callbacks.TensorBoard(str(out / "logs")))
-        history = model.fit(
-            train,
-            epochs=args.epochs,
-            steps_per_epoch=steps,
-            callbacks=callbacks,
-            verbose=2 if ctx.verbose else 0,
-        )
-        accuracy = None
-        if val_split and not args.synthetic:
-            val_count = builder.info.splits[val_split].num_examples
-            val_steps = max(1, val_count // global_batch)
-            val = pipeline(builder, val_split, args, training=False)
-            _, accuracy = model.evaluate(val, steps=val_steps, verbose=0)
-            if ctx.hvd is not None:  # each rank saw its own shard
-                accuracy = float(ctx.hvd.allreduce(tf.constant(accuracy), average=True))
         report.update(
-            weights=args.weights,
-            base_trainable=bool(model.get_layer("resnet50").trainable),
-            images_per_second=throughput.steady(),
-            rates=throughput.rates,
-            first_step_at=throughput.first_step_at,
-            loss=[float(v) for v in history.history["loss"]],
-            val_accuracy=accuracy,
+            train_and_evaluate(args, builder, train, classes, val_split, steps, global_batch)
         )
-        # every rank saves (MultiWorkerMirroredStrategy's save is collective); only the
-        # chief's checkpoint_dir is --out, the others' is a scratch directory
-        model.save_weights(str(checkpoints / "final.weights.h5"))
-        if ctx.is_chief:
-            shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
-            print(
-                f"resnet50_transfer: mode={ctx.mode.value} replicas={ctx.replicas} "
-                f"val_accuracy={shown} images_per_second={throughput.steady():.0f}",
-                flush=True,
-            )
     report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    if args.report:  # whole or not at all: a temporary file renamed
-        path = Path(args.report, f"rank{ctx.rank}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(report, indent=2) + "\n")
-        os.replace(temporary, path)
+    if args.report:
+        write_report(args.report, ctx.rank, report)
 
 
 if __name__ == "__main__":
