@@ -39,11 +39,15 @@ test:  ## all tests: unit and real Slurm, MPI, Docker, TensorFlow, Horovod
 test-unit:  ## unit tests only (no services needed)
 	$(VPY) -m pytest -ra tests/unit
 
-lint:  ## ruff, mypy on src, shellcheck on shell files
+# Every tracked shell file: scripts, .ci/run, the job templates (jobs/ links to src/ctrain/jobs)
+# and the golden rendered job scripts.
+SHELL_FILES = $(shell git ls-files '*.sh' '*.sbatch' .ci/run)
+
+lint:  ## ruff check and format, mypy --strict on src, shellcheck on every tracked shell file
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
-	shellcheck $$(git ls-files '*.sh' .ci/run)
+	shellcheck $(SHELL_FILES)
 
 demo: system install services  ## fresh machine to a 2-worker training on the embedded data
 	@echo "== ctrain demo: 2 workers under srun on the local Slurm, embedded synthetic digits"
