@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
+from tests.helpers import CTRAIN, wait_for
 
 from .jobs import clean_env, run
 
@@ -61,18 +60,20 @@ def test_one_task_with_two_gpus_is_mirrored(tmp_path: Path) -> None:
     assert plan["gpus"] == ["0", "1"]
 
 
+def holder_step_runs() -> bool:
+    steps = subprocess.run(
+        ["squeue", "-h", "-s", "-o", "%j"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return "sleep" in steps.split()
+
+
 def test_gpus_other_than_the_first_ones(tmp_path: Path) -> None:
+    # The holder keeps GPUs 0 and 1 until it is terminated below (or its 2-minute limit).
     holder = subprocess.Popen(
-        ["srun", "-n", "1", "-t", "2", "--gres=gpu:2", "sleep", "30"], env=clean_env()
+        ["srun", "-n", "1", "-t", "2", "--gres=gpu:2", "sleep", "120"], env=clean_env()
     )
     try:
-        for _ in range(60):  # until the holder's step has its GPUs
-            steps = subprocess.run(
-                ["squeue", "-h", "-s", "-o", "%j"], capture_output=True, text=True, timeout=30
-            ).stdout
-            if "sleep" in steps.split():
-                break
-            time.sleep(0.5)
+        wait_for(holder_step_runs, "the holder's step to have its GPUs", timeout=30)
         found = plans(tmp_path, 2, "--gres=gpu:2")
         assert [p["gpus"] for p in found] == [["2"], ["3"]]
     finally:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from subprocess import PIPE
 
@@ -19,7 +18,7 @@ from ctrain import __version__
 from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 
 COMMANDS = [
     "exec",
@@ -187,9 +186,7 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
     argv = [sys.executable, "-m", "ctrain", "job", "submit", "single", "--", "python", "t.py"]
     with subprocess.Popen(argv, env=env, stdout=PIPE, stderr=PIPE, text=True) as child:
-        deadline = time.monotonic() + 30
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(started.exists, "the fake sbatch to start", timeout=30)
         child.send_signal(signal.SIGINT)
         stdout, stderr = child.communicate(timeout=30)
     done = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
