@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -172,9 +171,14 @@ def test_a_file_ctrain_did_not_pull_is_not_replaced(fake: Env) -> None:
     assert mine.read_bytes() == b"my own work" and fake.calls("pull") == []
 
 
-@pytest.mark.parametrize("kill_after", [0.0, 0.4, 1.0])
+SIZE = len(content("x"))  # header + payload of every image the fake pulls
+
+
+# Killed once the temporary file holds the header, about a third, about two thirds of the image
+# (the fake writes it in 20 paced chunks, so the pull is still going).
+@pytest.mark.parametrize("written", [4096, SIZE // 3, 2 * SIZE // 3])
 def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
-    fake: Env, kill_after: float
+    fake: Env, written: int
 ) -> None:
     target = fake.tmp / "img.sif"
     assert fake.run(REF_A, "-o", str(target)).returncode == 0
@@ -183,8 +187,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="3")
     wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
     temp = Path(fake.calls("pull")[1]["argv"][2])  # type: ignore[index]
-    wait_for(lambda: temp.exists() and temp.stat().st_size >= 4096, "the temporary file")
-    time.sleep(kill_after)
+    wait_for(lambda: temp.exists() and temp.stat().st_size >= written, f"{written} bytes written")
     slow.send_signal(signal.SIGKILL)
     slow.communicate(timeout=TIMEOUT)
     orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
