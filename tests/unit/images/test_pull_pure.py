@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -384,12 +383,10 @@ def test_hold_lock_waits_for_the_other_process_and_names_it(tmp_path: Path) -> N
             assert other.stdin is not None
             other.stdin.close()  # now let it go
 
-        start = time.monotonic()
         with locks.hold_lock(lock, "me", on_wait):
             assert other.wait(timeout=30) == 0
             assert lock.read_text().strip() == "me"
         assert waited == ["the other pull, pid 1 on n1"]
-        assert time.monotonic() - start < 30
     finally:
         if other.poll() is None:
             other.kill()
