@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -139,7 +140,7 @@ TWO_NODES = {
 }
 # (rank, node id, local id) of every task, and the launcher variables each one sees
 TWO_NODE_TASKS = [(0, 0, 0), (1, 0, 1), (2, 0, 2), (3, 1, 0)]
-LAUNCHERS = {
+LAUNCHERS: dict[str, tuple[Mode, Callable[[int], dict[str, str]]]] = {
     "slurm": (Mode.MULTIWORKER, lambda rank: {}),
     "pmix": (Mode.HOROVOD, lambda rank: {"PMIX_RANK": str(rank)}),
     "pmi": (Mode.HOROVOD, lambda rank: {"PMI_RANK": str(rank), "PMI_SIZE": "4"}),

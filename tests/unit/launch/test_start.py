@@ -11,6 +11,7 @@ from ctrain.errors import LaunchError
 from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, Plan, make_plan
+from ctrain.util import proc
 
 
 class Exec(Exception):
@@ -26,7 +27,7 @@ def execs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         seen.append(list(argv))
         raise Exec
 
-    monkeypatch.setattr(start.proc, "exec_replace", fake_exec)
+    monkeypatch.setattr(proc, "exec_replace", fake_exec)
     return seen
 
 
