@@ -95,24 +95,39 @@ class Plan(NamedTuple):
 
 
 def worker_hosts(
-    nodes: tuple[str, ...], tasks_per_node: tuple[int, ...], size: int, distribution: str
+    nodes: tuple[str, ...],
+    tasks_per_node: tuple[int, ...],
+    size: int,
+    distribution: str,
+    plane_size: str | None = None,
 ) -> tuple[str, ...]:
-    """The node of every rank: Slurm's block distribution, or cyclic when the step asked."""
+    """The node of every rank, as Slurm lays out the step (``SLURM_DISTRIBUTION``): block (each
+    node's tasks together), cyclic (one task per node in turn) or plane (``plane_size`` tasks,
+    ``SLURM_DIST_PLANESIZE``, per node in turn); the part after ':' is within a node."""
     counts = list(tasks_per_node) if tasks_per_node else [1] * len(nodes)
     if sum(counts) != size:
         raise LaunchError(
             f"the step's tasks per node {counts} do not add up to its {size} tasks",
             "launch with srun so Slurm sets SLURM_STEP_TASKS_PER_NODE",
         )
+    per_turn = size
     if distribution.startswith("cyclic"):
-        left, order = counts[:], list[str]()
-        while len(order) < size:
-            for index, node in enumerate(nodes):
-                if left[index]:
-                    left[index] -= 1
-                    order.append(node)
-        return tuple(order)
-    return tuple(node for node, count in zip(nodes, counts, strict=True) for _ in range(count))
+        per_turn = 1
+    elif distribution.startswith("plane"):
+        text = (plane_size or "").strip()
+        if not text.isdigit() or int(text) < 1:
+            raise LaunchError(
+                f"SLURM_DISTRIBUTION={distribution} but SLURM_DIST_PLANESIZE={plane_size!r}",
+                "launch with srun -m plane=N so Slurm sets both",
+            )
+        per_turn = int(text)
+    left, order = counts[:], list[str]()
+    while len(order) < size:
+        for index, node in enumerate(nodes):
+            taken = min(per_turn, left[index])
+            left[index] -= taken
+            order += [node] * taken
+    return tuple(order)
 
 
 def port_block(job_id: str | None, step_id: str | None) -> int:
@@ -234,7 +249,11 @@ def make_plan(
     if mode is Mode.MULTIWORKER:
         if hosts and place.source == "slurm":
             by_rank = worker_hosts(
-                hosts, slurm.tasks_per_node, place.size, environ.get("SLURM_DISTRIBUTION", "block")
+                hosts,
+                slurm.tasks_per_node,
+                place.size,
+                environ.get("SLURM_DISTRIBUTION", "block"),
+                environ.get("SLURM_DIST_PLANESIZE"),
             )
         elif place.size == place.local_size:
             by_rank = (job.hostname,) * place.size

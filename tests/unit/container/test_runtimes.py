@@ -225,3 +225,37 @@ def test_no_runtime_found_suggests_host() -> None:
     with pytest.raises(CtrainError, match="no container runtime") as caught:
         choose_runtime("auto", lambda n: None)
     assert "--runtime host" in caught.value.fix
+
+
+# What a rank needs inside the container to find its place: written out, not taken from spec.py.
+RANK_ENV = {
+    "PMI_RANK": "3",
+    "PMI_SIZE": "4",
+    "PMIX_RANK": "3",
+    "PMIX_NAMESPACE": "slurm.pmix.42.0",
+    "SLURM_PROCID": "3",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "OMPI_COMM_WORLD_RANK": "3",
+    "HOROVOD_RANK": "3",
+    "TF_CONFIG": '{"cluster":{"worker":["a:1","b:2"]},"task":{"type":"worker","index":1}}',
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "CTRAIN_MODE": "horovod",
+}
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity", "docker", "podman"])
+def test_launcher_variables_reach_the_container(files: Path, runtime: str) -> None:
+    """Apptainer gets each as <PREFIX>NAME=value (--cleanenv drops the rest); Docker and Podman
+    get `-e NAME` and read the value from their own environment."""
+    request = Request(runtime, "exec", str(files / "img.sif"), ("python", "t.py"), launch=False)
+    invocation = plan_invocation(request, {"PATH": "/usr/bin", **RANK_ENV}, which, None)
+    if runtime in ("apptainer", "singularity"):
+        prefix = "SINGULARITYENV_" if runtime == "singularity" else "APPTAINERENV_"
+        assert "--cleanenv" in invocation.argv
+        for name, value in RANK_ENV.items():
+            assert invocation.env[prefix + name] == value
+    else:
+        passed = {invocation.argv[i + 1] for i, a in enumerate(invocation.argv) if a == "-e"}
+        assert set(RANK_ENV) <= passed
+        for name, value in RANK_ENV.items():
+            assert invocation.env[name] == value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -126,3 +127,41 @@ def test_placement_refuses_local_rank_beyond_node_tasks() -> None:
     env = {**STEP2, "SLURM_LOCALID": "2", "SLURM_PROCID": "1"}
     with pytest.raises(LaunchError, match="local rank 2"):
         placement(Mode.MULTIWORKER, JobEnv.from_environ(env, "vm"))
+
+
+# Two nodes, unequal: `srun -N 2 -n 4` gave n1 three tasks and n2 one (block order).
+TWO_NODES = {
+    "SLURM_JOB_ID": "90",
+    "SLURM_STEP_ID": "0",
+    "SLURM_NTASKS": "4",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_STEP_TASKS_PER_NODE": "3,1",
+}
+# (rank, node id, local id) of every task, and the launcher variables each one sees
+TWO_NODE_TASKS = [(0, 0, 0), (1, 0, 1), (2, 0, 2), (3, 1, 0)]
+LAUNCHERS: dict[str, tuple[Mode, Callable[[int], dict[str, str]]]] = {
+    "slurm": (Mode.MULTIWORKER, lambda rank: {}),
+    "pmix": (Mode.HOROVOD, lambda rank: {"PMIX_RANK": str(rank)}),
+    "pmi": (Mode.HOROVOD, lambda rank: {"PMI_RANK": str(rank), "PMI_SIZE": "4"}),
+}
+
+
+@pytest.mark.parametrize("source", list(LAUNCHERS))
+@pytest.mark.parametrize(("rank", "nodeid", "localid"), TWO_NODE_TASKS)
+def test_placement_across_two_unequal_nodes(
+    source: str, rank: int, nodeid: int, localid: int
+) -> None:
+    """The local rank is the rank on this node and the local size is this node's task count,
+    under srun and under srun --mpi=pmix/pmi (Horovod), whatever the global rank."""
+    mode, launcher_vars = LAUNCHERS[source]
+    env = {
+        **TWO_NODES,
+        "SLURM_PROCID": str(rank),
+        "SLURM_NODEID": str(nodeid),
+        "SLURM_LOCALID": str(localid),
+        **launcher_vars(rank),
+    }
+    local_size = (3, 1)[nodeid]
+    expected = Placement(rank, 4, localid, local_size, source)
+    assert placement(mode, JobEnv.from_environ(env, f"n{nodeid + 1}")) == expected

@@ -12,6 +12,7 @@ from ctrain.launch.plan import (
     PORT_BLOCK,
     PROXY_VARIABLES,
     LaunchOptions,
+    Plan,
     child_environ,
     make_plan,
     pin_gpus,
@@ -216,3 +217,148 @@ def test_explain_has_the_documented_keys() -> None:
         assert key in shown
     assert shown["rank"] == 1 and shown["world_size"] == 4
     assert set(shown["env"]) == {"set", "unset"}
+
+
+@pytest.mark.parametrize("local_rank", range(4))
+def test_too_few_gpus_is_refused_for_every_local_rank(local_rank: int) -> None:
+    with pytest.raises(LaunchError, match="4 ranks on this node but only 2 GPUs"):
+        pin_gpus(Mode.HOROVOD, ("0", "1"), local_rank, 4)
+
+
+def test_neighbouring_jobs_and_steps_get_distinct_port_blocks() -> None:
+    """Job N+1 step 0 never shares ports with job N step 1 (nor any first steps of nearby jobs)."""
+    assert port_block("501", "0") != port_block("500", "1")
+    pairs = [(job, step) for job in range(500, 505) for step in range(7)]
+    blocks = {port_block(str(job), str(step)) for job, step in pairs}
+    assert len(blocks) == len(pairs)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "base", "block", "highest"),
+    [
+        (("a",), 65535, 0, 65535),
+        (("a", "a"), 65534, 0, 65535),
+        (("a", "a"), 65535, 0, 65536),
+        (("a", "b"), 65535, 0, 65535),
+        (("a",), 65000, 9, 65576),
+        (("a",), 20000, 186, 31904),
+    ],
+)
+def test_no_port_above_65535(hosts: tuple[str, ...], base: int, block: int, highest: int) -> None:
+    if highest <= 65535:
+        assert max(worker_ports(hosts, base, block)) == highest
+    else:
+        with pytest.raises(LaunchError, match=f"port {highest} is above 65535") as caught:
+            worker_ports(hosts, base, block)
+        assert "CTRAIN_PORT_BASE" in caught.value.fix
+
+
+# Written out here, not taken from the module: what README promises `ctrain launch` removes.
+PROXIES_REMOVED = (
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "grpc_proxy",
+    "GRPC_PROXY",
+)
+NO_PROXY_NAMES = ("no_proxy", "NO_PROXY", "no_grpc_proxy", "NO_GRPC_PROXY")
+
+
+def _child(env: dict[str, str], keep: bool = False) -> dict[str, str]:
+    job = JobEnv.from_environ(env, "x")
+    return child_environ(env, make_plan(job, LaunchOptions(keep_proxies=keep), env, ()))
+
+
+@pytest.mark.parametrize("name", PROXIES_REMOVED)
+def test_each_proxy_variable_is_removed_and_kept_on_request(name: str) -> None:
+    env = step(0, 0, 0, **{name: "http://proxy.example:3128"})
+    assert name not in _child(env)
+    assert _child(env, keep=True)[name] == "http://proxy.example:3128"
+
+
+def test_every_proxy_spelling_removed_at_once() -> None:
+    env = step(1, 1, 0, **{name: "http://p:1" for name in PROXIES_REMOVED})
+    child = _child(env)
+    assert not set(PROXIES_REMOVED) & set(child)
+    assert {k for k in child if k.lower().endswith("_proxy")} == set(NO_PROXY_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, "localhost,127.0.0.1,gpu-a07,gpu-a08"),
+        ({"no_proxy": "corp.example"}, "corp.example,localhost,127.0.0.1,gpu-a07,gpu-a08"),
+        ({"NO_PROXY": " .corp , gpu-a07 "}, ".corp,gpu-a07,localhost,127.0.0.1,gpu-a08"),
+        ({"no_proxy": "a", "NO_PROXY": "b"}, "a,localhost,127.0.0.1,gpu-a07,gpu-a08"),
+    ],
+)
+def test_no_proxy_covers_localhost_and_the_job_hosts(given: dict[str, str], expected: str) -> None:
+    """Every spelling of no_proxy (and gRPC's no_grpc_proxy) gets the same list, kept proxies
+    or not: the user's entries first, then localhost and the job's hosts, each once."""
+    env = step(0, 0, 0, **given)
+    for keep in (False, True):
+        child = _child(env, keep)
+        assert {name: child[name] for name in NO_PROXY_NAMES} == dict.fromkeys(
+            NO_PROXY_NAMES, expected
+        )
+
+
+# Rank -> node of `srun -N 2 -n 4` where n1 has 3 tasks and n2 one, for each distribution.
+LAYOUTS = {
+    None: ("n1", "n1", "n1", "n2"),  # srun's default is block
+    "block": ("n1", "n1", "n1", "n2"),
+    "block:cyclic": ("n1", "n1", "n1", "n2"),  # the part after ':' is within a node
+    "cyclic": ("n1", "n2", "n1", "n1"),
+    "cyclic:block": ("n1", "n2", "n1", "n1"),
+    "cyclic:cyclic,Pack": ("n1", "n2", "n1", "n1"),
+    "plane=2": ("n1", "n1", "n2", "n1"),
+    "plane=1": ("n1", "n2", "n1", "n1"),
+    "plane=4": ("n1", "n1", "n1", "n2"),
+}
+
+
+def _rank_env(layout: tuple[str, ...], rank: int, distribution: str | None) -> dict[str, str]:
+    """What srun sets for ``rank`` of the two-node step laid out as ``layout``."""
+    node = layout[rank]
+    env = step(rank, layout[:rank].count(node), ("n1", "n2").index(node))
+    env.update(
+        SLURM_JOB_ID="900",
+        SLURM_STEP_ID="0",
+        SLURM_JOB_NODELIST="n[1-2]",
+        SLURM_STEP_NODELIST="n[1-2]",
+        SLURM_STEP_TASKS_PER_NODE="3,1",
+    )
+    if distribution is not None:
+        kind, _, size = distribution.partition("=")
+        env["SLURM_DISTRIBUTION"] = kind
+        if size:
+            env["SLURM_DIST_PLANESIZE"] = size
+    return env
+
+
+@pytest.mark.parametrize("distribution", list(LAYOUTS))
+def test_tf_config_follows_slurm_distribution(distribution: str | None) -> None:
+    """Every rank's TF_CONFIG lists each rank on the node Slurm put it on, with the port of
+    its local rank there, and the same cluster on every rank."""
+    layout = LAYOUTS[distribution]
+    plans: list[Plan] = []
+    for rank in range(4):
+        env = _rank_env(layout, rank, distribution)
+        plans.append(make_plan(JobEnv.from_environ(env, layout[rank]), LaunchOptions(), env, ()))
+    base = 20000 + port_block("900", "0") * PORT_BLOCK
+    expected = [f"{node}:{base + layout[:rank].count(node)}" for rank, node in enumerate(layout)]
+    for rank, plan in enumerate(plans):
+        assert plan.tf_config == {
+            "cluster": {"worker": expected},
+            "task": {"type": "worker", "index": rank},
+        }
+        assert json.loads(plan.env_set["TF_CONFIG"]) == plan.tf_config
+        assert plan.place.local_size == (3 if layout[rank] == "n1" else 1)
+
+
+def test_plane_without_its_size_is_refused() -> None:
+    with pytest.raises(LaunchError, match="SLURM_DIST_PLANESIZE=None"):
+        worker_hosts(("a", "b"), (1, 1), 2, "plane")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from ctrain.errors import ExternalToolError
 from ctrain.util import proc
+from tests.helpers import SRC
 
 PY = sys.executable
 
@@ -78,3 +81,19 @@ def test_which_checks_a_path_as_given(tmp_path: Path) -> None:
     assert proc.which(str(program), {"PATH": ""}) == str(program)
     assert proc.which(str(tmp_path / "nope"), {}) is None
     assert proc.which(str(tmp_path), {}) is None
+
+
+def test_exec_replace_keeps_the_pid_and_the_exit_code() -> None:
+    """The command replaces the process (Slurm's signals reach it): `echo $$` in the exec'd
+    shell prints the pid the Python process had, and its exit code is the process's."""
+    program = (
+        "import os; from ctrain.util import proc; print(os.getpid(), flush=True); "
+        "proc.exec_replace(['sh', '-c', 'echo $$; exit 7'], {'PATH': os.defpath})"
+    )
+    env = {"PATH": os.defpath, "PYTHONPATH": SRC}
+    done = subprocess.run(
+        [PY, "-c", program], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    before, after = done.stdout.split()
+    assert before == after
+    assert done.returncode == 7
