@@ -59,10 +59,12 @@ _EVERY: frozenset[Operation] = frozenset(("pull", "exec", "build"))
 
 # SCHEME:// references apptainer and singularity fetch themselves, and the ctrain operations that
 # accept each (anything else is a local file). Apptainer builds from no web address.
+# docker-archive: only build is known to take the `://` form; pull and exec parse the one-colon
+# form `docker-archive:PATH` (apptainer-facts), which ctrain does not accept yet (issue 11).
 SCHEMES: dict[str, frozenset[Operation]] = {
     "docker": _EVERY,
     "docker-daemon": _EVERY,
-    "docker-archive": _EVERY,
+    "docker-archive": frozenset(("build",)),
     "oras": _EVERY,
     "library": _EVERY,
     "shub": _EVERY,

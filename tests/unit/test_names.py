@@ -77,7 +77,7 @@ ACCEPTED = {
     # scheme          pull   exec   build
     "docker":         (True, True,  True),
     "docker-daemon":  (True, True,  True),
-    "docker-archive": (True, True,  True),
+    "docker-archive": (False, False, True),
     "oras":           (True, True,  True),
     "library":        (True, True,  True),
     "shub":           (True, True,  True),
