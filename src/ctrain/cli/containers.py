@@ -58,15 +58,21 @@ def _run(
         {k: v for k, v in flags.items() if k != "no_launch"}
         | ({"launch": "false"} if flags.get("no_launch") else {})
     )
-    invocation = planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+    planned = planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+    invocation = planned.invocation
     if s["dry_run"].value:
         click.echo(shlex.join(invocation.argv))
         for key, value in sorted(invocation.added.items()):
             click.echo(f"  env {key}={shlex.quote(value)}")
         for key, value in sorted(invocation.runtime_env.items()):
             click.echo(f"  runtime env {key}={shlex.quote(value)}")
+        pending = planned.image.pull
+        if pending is not None:
+            click.echo(
+                f"  pulled first: ctrain pull {shlex.quote(pending.ref)} (-> {pending.target})"
+            )
         return
-    planner.run(invocation, s, os.environ)
+    planner.run(planned, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
 
 
 @click.command("exec", cls=DashDashCommand)

@@ -96,6 +96,30 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
         )
 
 
+@click.command()
+@click.argument("image", required=False)
+@setting_option("runtime")
+@_cache_options
+@setting_option("min_free_gb")
+def resolve(image: str | None, **flags: str | None) -> None:
+    """Print the image to give `ctrain exec` on every rank of a job (default: the `image` setting).
+
+    On apptainer and singularity a remote IMAGE (docker://...) is pulled as `ctrain pull` does
+    (locked and recorded: an image pulled before, on a login node for instance, is reused
+    without the network) and its local SIF file is printed. A local file, and any image on
+    docker, podman or host (they pull on each node themselves, or run none), is printed as given.
+    The job scripts run it once in the batch step.
+    """
+    from ctrain.images import resolve as resolving
+
+    s = settings_from(flags)
+    runtime, program = _runtime(str(s["runtime"].value))
+    reference = image if image is not None else str(s["image"].value or "")
+    choice = resolving.choose(reference, runtime, program, s, os.environ)
+    resolving.fetch(choice, os.environ, int(str(s["min_free_gb"].value)), _say)
+    click.echo(choice.image)
+
+
 @click.group()
 def overlay() -> None:
     """Writable ext3 overlays for apptainer (--overlay FILE, or FILE:ro to share one)."""

@@ -1,8 +1,9 @@
 """From settings to one complete runtime invocation, and running it in place of ctrain.
 
-``plan`` decides everything the exec will get, the Apptainer cache variables included, so
-``--dry-run`` prints exactly what ``run`` execs; ``run`` only creates and checks the cache
-directory and takes the overlay lock before it.
+``plan`` decides everything the exec will get, the image included: a remote image on apptainer
+or singularity is run from the local SIF file ``ctrain pull`` writes (``images.resolve``), so
+``--dry-run`` prints exactly what ``run`` execs, and the pull ``run`` makes first when that file
+is not there yet. ``run`` only pulls, takes the overlay lock, then execs.
 """
 
 from __future__ import annotations
@@ -11,17 +12,28 @@ import dataclasses
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from ctrain.container.runtimes import Invocation, Request, plan_invocation
+from ctrain.container.runtimes import (
+    RUNTIMES,
+    Invocation,
+    Request,
+    choose_runtime,
+    plan_invocation,
+)
 from ctrain.container.spec import Action
-from ctrain.images import cachedir
+from ctrain.images import cachedir, resolve
 from ctrain.launch.jobenv import GpuEnv
-from ctrain.names import SIF_RUNTIMES
 from ctrain.settings import Resolved
-from ctrain.util import fs, proc
+from ctrain.util import proc
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    invocation: Invocation  # what is exec'd
+    image: resolve.ImageChoice  # and the pull to run before it, if any
 
 
 def plan(
@@ -32,7 +44,7 @@ def plan(
     env_pairs: tuple[str, ...],
     s: Mapping[str, Resolved],
     environ: Mapping[str, str],
-) -> Invocation:
+) -> Planned:
     """The invocation these settings and arguments ask for, checked before anything runs."""
     binds = s["binds"].value
     overlay = s["overlay"].value
@@ -55,26 +67,23 @@ def plan(
     )
     gpus = GpuEnv.from_environ(environ).visible
     extra = tuple(binds) if isinstance(binds, tuple) else ()
-    invocation = plan_invocation(
-        request, environ, lambda name: proc.which(name, environ), gpus, extra
-    )
-    return _with_apptainer_cache(invocation, s, environ)
+
+    def which(name: str) -> str | None:
+        return proc.which(name, environ)
+
+    invocation = plan_invocation(request, environ, which, gpus, extra)
+    _, program = choose_runtime(invocation.runtime, which)
+    choice = resolve.choose(invocation.spec.image, invocation.runtime, program, s, environ)
+    return Planned(_on_image(invocation, choice.image, program), choice)
 
 
-def _with_apptainer_cache(
-    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
-) -> Invocation:
-    """A remote image is pulled implicitly by apptainer: its cache and tmp go where ctrain's
-    settings say, and the invocation carries those variables (and the directory to prepare)."""
-    if invocation.runtime not in SIF_RUNTIMES:
+def _on_image(invocation: Invocation, image: str, program: str) -> Invocation:
+    """``invocation`` running ``image`` instead (the same argv builder, another image)."""
+    if image == invocation.spec.image:
         return invocation
-    if Path(invocation.spec.image).is_file():
-        return invocation
-    choice = cachedir.resolve_cache_dir(s, environ)
-    added = cachedir.apptainer_env(choice)
-    return dataclasses.replace(
-        invocation, env={**invocation.env, **added}, runtime_env=added, cache=choice
-    )
+    spec = dataclasses.replace(invocation.spec, image=image)
+    argv = RUNTIMES[invocation.runtime].argv(spec, program)
+    return dataclasses.replace(invocation, argv=argv, spec=spec)
 
 
 def _hold_overlay_lock(
@@ -97,10 +106,14 @@ def _hold_overlay_lock(
     )
 
 
-def run(invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]) -> NoReturn:
-    """Create and check the cache directory, take the overlay lock, then exec the invocation."""
-    if invocation.cache is not None:
-        cachedir.ensure_dirs(invocation.cache)
-        fs.check_free(invocation.cache.path, int(str(s["min_free_gb"].value)))
+def run(
+    planned: Planned,
+    s: Mapping[str, Resolved],
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+) -> NoReturn:
+    """Pull the image if the plan says so, take the overlay lock, then exec the invocation."""
+    resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
+    invocation = planned.invocation
     _hold_overlay_lock(invocation, s, environ)
     proc.exec_replace(invocation.argv, invocation.env)

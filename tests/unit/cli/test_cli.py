@@ -25,6 +25,7 @@ COMMANDS = [
     "run",
     "shell",
     "pull",
+    "resolve",
     "build",
     "overlay",
     "cache",

@@ -1,5 +1,5 @@
-"""The planner's Invocation is complete: what --dry-run prints is what the exec gets, the
-Apptainer cache variables included, decided in planning (nothing created there)."""
+"""The planner's plan is complete: what --dry-run prints is what the exec gets, a remote image
+replaced by the local file ctrain's pull writes, decided in planning (nothing created there)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from ctrain.container import planner
 from ctrain.errors import ConfigError
+from ctrain.images.resolve import ImageChoice
 from ctrain.settings import Resolved, Value, resolve
 
 
@@ -30,24 +31,21 @@ def settings(environ: dict[str, str], cwd: Path, **flags: Value) -> dict[str, Re
     return resolve({"runtime": "apptainer", **flags}, environ, cwd)
 
 
-def test_a_remote_image_carries_its_cache_variables(
+def test_a_remote_image_runs_from_the_file_a_pull_writes_first(
     environ: dict[str, str], tmp_path: Path
 ) -> None:
     cache = tmp_path / "scratch" / "cache"
     (tmp_path / "ctrain.toml").write_text(f'cache_dir = "{cache}"\n')
     s = settings(environ, tmp_path)
     got = planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
-    expected = {
-        "APPTAINER_CACHEDIR": str(cache),
-        "APPTAINER_TMPDIR": str(cache / "tmp"),
-        "SINGULARITY_CACHEDIR": str(cache),
-        "SINGULARITY_TMPDIR": str(cache / "tmp"),
-    }
-    assert got.runtime_env == expected
-    assert {key: got.env[key] for key in expected} == expected  # what is exec'd
-    assert got.cache is not None
-    assert got.cache.source == f"file {tmp_path / 'ctrain.toml'}:1"
-    assert not cache.exists()  # created by run, just before the exec
+    target = cache / "images" / "docker_example_img_1.sif"
+    assert got.invocation.spec.image == str(target)
+    assert str(target) in got.invocation.argv
+    assert "docker://example/img:1" not in got.invocation.argv  # apptainer never sees it
+    assert got.image.pull is not None and got.image.pull.target == target
+    assert got.image.cache is not None
+    assert got.image.cache.source == f"file {tmp_path / 'ctrain.toml'}:1"
+    assert not cache.exists()  # created by run, just before the pull
 
 
 def test_a_local_image_needs_no_cache(environ: dict[str, str], tmp_path: Path) -> None:
@@ -55,8 +53,9 @@ def test_a_local_image_needs_no_cache(environ: dict[str, str], tmp_path: Path) -
     image.write_bytes(b"")
     s = settings(environ, tmp_path)  # no cache anywhere, $HOME not allowed: not needed either
     got = planner.plan("exec", str(image), ("true",), (), (), s, environ)
-    assert got.runtime_env == {} and got.cache is None
-    assert not any(key.endswith(("_CACHEDIR", "_TMPDIR")) for key in got.env)
+    assert got.image == ImageChoice(str(image))
+    assert got.invocation.spec.image == str(image)
+    assert not any(key.endswith(("_CACHEDIR", "_TMPDIR")) for key in got.invocation.env)
 
 
 def test_no_cache_directory_fails_the_plan(environ: dict[str, str], tmp_path: Path) -> None:
@@ -65,4 +64,4 @@ def test_no_cache_directory_fails_the_plan(environ: dict[str, str], tmp_path: Pa
         planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
     s = settings(environ, tmp_path, allow_home_cache=True)
     got = planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
-    assert got.runtime_env["APPTAINER_CACHEDIR"] == str(tmp_path / "home/.apptainer/cache")
+    assert got.invocation.spec.image.startswith(str(tmp_path / "home/.apptainer/cache/images/"))

@@ -35,12 +35,19 @@ esac
 FAKE_SCONTROL = """#!/bin/bash
 printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
 """
+FAKE_CTRAIN = """#!/bin/bash
+# A stand-in for `ctrain resolve IMAGE`: records its argv, prints where the image would be.
+printf '%s\\n' "$@" > "$FAKE_DIR/ctrain"
+[ -n "${FAKE_RESOLVE_EXIT:-}" ] && exit "$FAKE_RESOLVE_EXIT"
+[ "$1" = resolve ] && echo "/pulled/$2"
+"""
 
 
 @pytest.fixture
 def fakes(tmp_path: Path) -> Path:
     box = sandbox(tmp_path)
-    for name, text in (("srun", FAKE_STEP), ("mpirun", FAKE_STEP), ("scontrol", FAKE_SCONTROL)):
+    programs = {"srun": FAKE_STEP, "mpirun": FAKE_STEP, "scontrol": FAKE_SCONTROL}
+    for name, text in {**programs, "ctrain": FAKE_CTRAIN}.items():
         box.add_program(name, text)
     return tmp_path
 
@@ -74,7 +81,8 @@ def test_the_step_runs_ctrain_exec_with_the_command(fakes: Path, mode: str) -> N
     done = run(script(fakes, mode), env(fakes, FAKE_MODE="exit:0", CTRAIN_IMAGE="img x"))
     assert done.returncode == 0, done.stderr
     argv = (fakes / "argv").read_text().splitlines()
-    tail = ["ctrain", "exec", "img x", "--", "python", "train.py", "--epochs", "3"]
+    assert (fakes / "ctrain").read_text().splitlines() == ["resolve", "img x"]
+    tail = ["ctrain", "exec", "/pulled/img x", "--", "python", "train.py", "--epochs", "3"]
     assert argv[-len(tail) :] == tail
     launcher = {"horovod-srun": ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"]}.get(
         mode, ["srun", "--kill-on-bad-exit=1"]
@@ -83,6 +91,13 @@ def test_the_step_runs_ctrain_exec_with_the_command(fakes: Path, mode: str) -> N
         launcher = ["mpirun", "-np", "2", "--bind-to", "none"]
     assert argv[: len(launcher)] == launcher
     assert not (fakes / "scontrol").exists()
+
+
+@pytest.mark.parametrize("mode", JOB_MODES)
+def test_a_failed_resolve_stops_the_job_before_the_step(fakes: Path, mode: str) -> None:
+    done = run(script(fakes, mode), env(fakes, FAKE_MODE="exit:0", FAKE_RESOLVE_EXIT="2"))
+    assert done.returncode == 2
+    assert not (fakes / "argv").exists()  # no rank started
 
 
 def test_arguments_replace_the_default_command(fakes: Path) -> None:

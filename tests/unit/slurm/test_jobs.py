@@ -160,7 +160,9 @@ def test_modes_launch_their_way() -> None:
     assert "export CTRAIN_MODE=multiworker" in text["multiworker"]
     assert "export CTRAIN_MODE=mirrored" in text["mirrored"]
     for mode, script in text.items():
-        assert 'ctrain exec "${exec_options[@]}" "$CTRAIN_IMAGE" -- "$@"' in script, mode
+        resolved = script.index('image=$(ctrain resolve "$CTRAIN_IMAGE")')
+        step = script.index('ctrain exec "${exec_options[@]}" "$image" -- "$@"')
+        assert resolved < step, mode  # once, in the batch step, before the step
 
 
 def _shell_files(tmp_path: Path) -> list[Path]:

@@ -1,0 +1,109 @@
+"""The image a container gets: a remote reference on apptainer or singularity becomes one local
+SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename).
+
+Apptainer asks the registry for a ``docker://`` manifest before it looks at its own cache, so a
+remote reference handed to every rank needs the network on every compute node, and on a cold
+cache every rank converts the image at once. ctrain therefore never hands apptainer a remote
+reference to run: it runs the file ``ctrain pull`` wrote in the cache (``CACHE/images/``). When
+the pull's record says the file is there and whole, nothing touches the network. Several ranks of
+one step never pull: the job scripts resolve the image once in the batch step
+(``ctrain resolve``), and a rank that finds no pulled file refuses with that fix.
+
+Docker and podman pull on each node themselves, the host runtime has no image, and a local file
+is used as it is: those references are returned as given.
+
+Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
+header; ``fetch`` runs the pull.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ctrain.errors import ConfigError
+from ctrain.images import cachedir
+from ctrain.images.pull import PullPlan, plan_pull, pull
+from ctrain.images.sif import decide as sif_decide
+from ctrain.images.sif import read_sidecar, target_state
+from ctrain.launch.jobenv import MpiEnv, SlurmEnv
+from ctrain.names import SIF_RUNTIMES, is_remote
+from ctrain.settings import Resolved
+
+Decision = Literal["as given", "pulled", "pull", "refuse"]
+
+
+def decide(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
+    """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
+    (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
+    ``refuse`` (not pulled, and several ranks would each pull it at once)."""
+    if runtime not in SIF_RUNTIMES or not remote:
+        return "as given"
+    if recorded:
+        return "pulled"
+    return "pull" if ranks <= 1 else "refuse"
+
+
+def ranks(environ: Mapping[str, str]) -> int:
+    """How many processes run this same command: the tasks of the srun step or the MPI world
+    this process belongs to; 1 elsewhere (a login node, a batch step)."""
+    slurm = SlurmEnv.from_environ(environ)
+    step = slurm.step_num_tasks if slurm.in_step and slurm.step_num_tasks else 1
+    return max(step, MpiEnv.from_environ(environ).size or 1)
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    image: str  # what the runtime is given: the local SIF file, or the image as given
+    pull: PullPlan | None = None  # the pull to run before, when the file is not there yet
+    cache: cachedir.CacheChoice | None = None  # the cache the pull uses
+
+
+def recorded(plan: PullPlan) -> bool:
+    """Whether ctrain's record says ``plan``'s target is pulled and whole (no network, no lock:
+    the record is written after the file's atomic rename and removed before a new one)."""
+    if plan.target is None:
+        return False
+    state = target_state(plan.target)
+    action, _ = sif_decide(read_sidecar(plan.record), plan.ref, state, plan.owned, False)
+    return action == "reuse"
+
+
+def choose(
+    image: str,
+    runtime: str,
+    program: str,
+    s: Mapping[str, Resolved],
+    environ: Mapping[str, str],
+) -> ImageChoice:
+    """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
+    remote = is_remote(image, "exec")
+    if decide(runtime, remote, False, 1) == "as given":
+        return ImageChoice(image)
+    cache = cachedir.resolve_cache_dir(s, environ)
+    plan = plan_pull(image, runtime, program, None, cache.path, False, Path.is_dir)
+    count = ranks(environ)
+    decision = decide(runtime, remote, recorded(plan), count)
+    if decision == "refuse":
+        raise ConfigError(
+            f"{image} is not pulled, and each of the {count} ranks of this step would pull it "
+            f"at once (with the network on every node)",
+            f"pull it once before the step (ctrain pull {image}, e.g. on a login node), or "
+            "submit with ctrain's job scripts, which resolve it in the batch step",
+        )
+    return ImageChoice(str(plan.target), plan if decision == "pull" else None, cache)
+
+
+def fetch(
+    choice: ImageChoice,
+    environ: Mapping[str, str],
+    min_free_gb: int,
+    say: Callable[[str], None],
+) -> None:
+    """Run ``choice``'s pull, if it has one (waits for a concurrent pull of the same file)."""
+    if choice.pull is None or choice.cache is None:
+        return
+    cachedir.ensure_dirs(choice.cache)
+    pull(choice.pull, choice.cache, environ, min_free_gb, say)

@@ -1,0 +1,163 @@
+"""Which image a container runs: the decision table (pure), the ranks count, and ``ctrain exec`` /
+``ctrain resolve`` against the stand-in apptainer: pulled once through ctrain's pull, then run
+from the local file with no network; several ranks of a step never pull."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ctrain.images import resolve
+from ctrain.names import RUNTIMES, SIF_RUNTIMES
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox
+
+REF = "docker://registry.example/team/train:1"
+TIMEOUT = 60
+
+
+# -- the decision table ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("runtime", "remote", "recorded", "ranks"),
+    list(itertools.product(RUNTIMES, (False, True), (False, True), (1, 2, 8))),
+)
+def test_decision_table(runtime: str, remote: bool, recorded: bool, ranks: int) -> None:
+    got = resolve.decide(runtime, remote, recorded, ranks)
+    if runtime not in SIF_RUNTIMES or not remote:
+        assert got == "as given"  # a local file; engines pull themselves; host runs no image
+    elif recorded:
+        assert got == "pulled"  # whatever the ranks: the file is there, no network
+    else:
+        assert got == ("pull" if ranks == 1 else "refuse")
+
+
+STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1"}
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, 1),  # a login node
+        ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}, 1),  # the batch step of a 4-task job
+        ({**STEP, "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}, 1),  # srun -n1
+        ({**STEP, "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4"}, 4),
+        ({"SLURM_JOB_ID": "7", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, 2),
+    ],
+)
+def test_ranks(environ: dict[str, str], expected: int) -> None:
+    assert resolve.ranks(environ) == expected
+
+
+# -- against the stand-in ----------------------------------------------------------------------
+
+IN_STEP = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_STEP_NUM_TASKS": "2",
+}
+
+
+class Env:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.log = tmp / "apptainer-calls.jsonl"
+        self.cache = tmp / "cache"
+        self.target = self.cache / "images" / "docker_registry.example_team_train_1.sif"
+        self.box = sandbox(
+            tmp,
+            USER="tester",
+            FAKE_APPTAINER_LOG=str(self.log),
+            CTRAIN_CACHE_DIR=str(self.cache),
+            CTRAIN_MIN_FREE_GB="1",
+            CTRAIN_RUNTIME="apptainer",
+        )
+        fake_apptainer.install(self.box.bin)
+
+    def ctrain(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        env = self.box.with_env(**extra)
+        return run_ctrain(*args, env=env, cwd=self.tmp, timeout=TIMEOUT)
+
+    def verbs(self) -> list[str]:
+        return [str(c["argv"][0]) for c in fake_apptainer.calls(self.log)]  # type: ignore[index]
+
+    def images(self) -> list[object]:
+        return [c["container"]["image"] for c in fake_apptainer.calls(self.log) if "container" in c]  # type: ignore[index]
+
+    def reset(self) -> None:
+        self.log.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+def test_exec_outside_a_job_pulls_once_then_runs_the_local_file(fake: Env) -> None:
+    done = fake.ctrain("exec", "--no-launch", REF, "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert fake.verbs() == ["pull", "inspect", "exec"]
+    assert fake.images() == [str(fake.target)]
+    record = json.loads(fake.target.with_name(fake.target.name + ".json").read_text())
+    assert record["ref"] == REF
+    fake.reset()
+    done = fake.ctrain("exec", "--no-launch", REF, "--", "true", FAKE_APPTAINER_OFFLINE="1")
+    assert done.returncode == 0, done.stderr
+    assert fake.verbs() == ["exec"]  # no pull, no registry: the record says it is there
+    assert fake.images() == [str(fake.target)]
+
+
+def test_a_rank_of_a_step_runs_the_pulled_file_offline(fake: Env) -> None:
+    assert fake.ctrain("pull", REF).returncode == 0  # on a login node, say
+    fake.reset()
+    done = fake.ctrain(
+        "exec", "--no-launch", REF, "--", "true", FAKE_APPTAINER_OFFLINE="1", **IN_STEP
+    )
+    assert done.returncode == 0, done.stderr
+    assert fake.verbs() == ["exec"]
+    assert fake.images() == [str(fake.target)]
+
+
+def test_a_rank_of_a_step_refuses_an_image_not_pulled(fake: Env) -> None:
+    done = fake.ctrain("exec", "--no-launch", REF, "--", "true", **IN_STEP)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ctrain: error: ")
+    assert f"ctrain pull {REF}" in lines[0] and "job scripts" in lines[0]
+    assert fake.verbs() == [] and not fake.target.exists()
+
+
+def test_dry_run_names_the_pull_and_runs_nothing(fake: Env) -> None:
+    done = fake.ctrain("exec", "--dry-run", "--no-launch", REF, "--", "true")
+    assert done.returncode == 0, done.stderr
+    argv = done.stdout.splitlines()[0].split()
+    assert argv[-2:] == [str(fake.target), "true"]
+    assert f"pulled first: ctrain pull {REF} (-> {fake.target})" in done.stdout
+    assert fake.verbs() == [] and not fake.cache.exists()
+
+
+def test_resolve_prints_the_local_file_and_reuses_it(fake: Env) -> None:
+    first = fake.ctrain("resolve", REF)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == f"{fake.target}\n"
+    fake.reset()
+    again = fake.ctrain("resolve", REF, FAKE_APPTAINER_OFFLINE="1")
+    assert again.stdout == f"{fake.target}\n" and fake.verbs() == []
+
+
+@pytest.mark.parametrize(
+    ("runtime", "image"),
+    [("host", REF), ("docker", REF), ("apptainer", "/some/where.sif")],
+)
+def test_resolve_prints_other_images_as_given(fake: Env, runtime: str, image: str) -> None:
+    fake.box.add_program("docker", "#!/bin/sh\nexit 99\n")  # found, never run
+    done = fake.ctrain("resolve", image, CTRAIN_RUNTIME=runtime)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{image}\n" and fake.verbs() == []
