@@ -29,7 +29,7 @@ import pytest
 
 from ctrain.images import pull, sif
 from tests import fake_apptainer
-from tests.helpers import SRC, ctrain_env, run_ctrain
+from tests.helpers import ctrain_env, run_ctrain
 
 from .jobs import BIN
 from .test_jobs_real import RESUMABLE, final_weights, job_env, lines, log, render, wait_done
@@ -69,8 +69,7 @@ def empty_root() -> bytes:
 def image_env() -> dict[str, str]:
     """What the image's OCI Env holds: this venv and checkout, one thread per process."""
     return {
-        "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
-        "PYTHONPATH": SRC,
+        **fake_apptainer.ctrain_image_env(),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         **dict.fromkeys(THREADS, "1"),
     }
@@ -118,7 +117,7 @@ class StandIn:
         return fake_apptainer.calls(self.log)
 
     def downloads(self) -> list[dict[str, object]]:
-        return [c for c in self.calls() if c.get("event") == "download"]
+        return fake_apptainer.downloads(self.log)
 
     def images(self) -> list[object]:
         found = [c["container"] for c in self.calls() if "container" in c]

@@ -86,7 +86,7 @@ class Env:
         return run_ctrain(*args, env=env, cwd=self.tmp, timeout=TIMEOUT)
 
     def verbs(self) -> list[str]:
-        return [str(c["argv"][0]) for c in fake_apptainer.calls(self.log)]  # type: ignore[index]
+        return [str(c["argv"][0]) for c in fake_apptainer.calls(self.log) if "argv" in c]  # type: ignore[index]
 
     def images(self) -> list[object]:
         return [c["container"]["image"] for c in fake_apptainer.calls(self.log) if "container" in c]  # type: ignore[index]
@@ -104,6 +104,7 @@ def test_exec_outside_a_job_pulls_once_then_runs_the_local_file(fake: Env) -> No
     done = fake.ctrain("exec", "--no-launch", REF, "--", "true")
     assert done.returncode == 0, done.stderr
     assert fake.verbs() == ["pull", "inspect", "exec"]
+    assert len(fake_apptainer.downloads(fake.log)) == 1
     assert fake.images() == [str(fake.target)]
     record = json.loads(fake.target.with_name(fake.target.name + ".json").read_text())
     assert record["ref"] == REF
