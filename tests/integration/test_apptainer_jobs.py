@@ -132,6 +132,24 @@ def jobs_to_cancel() -> Iterator[list[str]]:
         subprocess.run(["scancel", job], capture_output=True, timeout=30)
 
 
+OFFLINE_STEP = "ALL,FAKE_APPTAINER_OFFLINE=1"  # srun's --export: the step's, not the batch's
+
+
+def sbatch(script: Path, env: dict[str, str], cwd: Path, submitted: list[str]) -> str:
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    submitted.append(job)
+    return job
+
+
 def run_job(mode: str, ranks: int, image: str, root: Path, submitted: list[str]) -> StandIn:
     """``mode``'s job script on apptainer with the remote ``image``, the step offline."""
     standin = StandIn(root)
@@ -139,24 +157,14 @@ def run_job(mode: str, ranks: int, image: str, root: Path, submitted: list[str])
     script = root / "job.sbatch"
     command = ["python", str(RESUMABLE), str(out), "2"]
     script.write_text(render(mode, command, runtime="apptainer", image=image, job_name=mode))
-    offline_step = "ALL,FAKE_APPTAINER_OFFLINE=1"  # srun's --export: the step, not the batch
-    done = subprocess.run(
-        ["sbatch", "--parsable", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=root,
-        env=standin.env(SLURM_EXPORT_ENV=offline_step),
-    )
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
-    submitted.append(job)
+    job = sbatch(script, standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP), root, submitted)
     record = wait_done(job, root)
     assert record["JobState"] == "COMPLETED", log(root)
     assert record["ExitCode"] == "0:0", log(root)
     runs = lines(out / "runs.jsonl")
     assert sorted(r["rank"] for r in runs) == list(range(ranks))  # type: ignore[type-var]
-    assert all(r["end"] == "done" for r in runs), runs
+    expected_mode = "horovod" if mode.startswith("horovod") else mode
+    assert all(r["end"] == "done" and r["mode"] == expected_mode for r in runs), runs
     first, *others = final_weights(out, ranks)
     assert all(w == first for w in others)
     return standin
@@ -182,6 +190,27 @@ def test_job_pulls_once_and_every_rank_runs_the_local_file_offline(
     assert len(pulls) == 1  # the batch step's, through ctrain's pull
     local = str(standin.cache / sif.IMAGES_DIR / pull.image_filename(remote_image))
     assert standin.images() == [local, local], standin.calls()  # one exec per rank
+
+
+@pytest.mark.slurm
+@pytest.mark.docker
+def test_the_step_is_offline_and_the_batch_step_is_not(
+    remote_image: str, tmp_path: Path, jobs_to_cancel: list[str]
+) -> None:
+    """The control for the test above: with SLURM_EXPORT_ENV as it sets it, the stand-in
+    itself reaches the registry from the batch step and refuses the remote image in the step."""
+    standin = StandIn(tmp_path)
+    script = tmp_path / "probe.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --time=2\n#SBATCH --output=probe.out\n"
+        f"apptainer exec {remote_image} true && echo batch online\n"
+        f"srun apptainer exec {remote_image} true || echo step offline\n"
+    )
+    env = standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP)
+    job = sbatch(script, env, tmp_path, jobs_to_cancel)
+    assert wait_done(job, tmp_path)["JobState"] == "COMPLETED", log(tmp_path)
+    text = log(tmp_path)
+    assert "batch online\n" in text and "no route to host" in text and "step offline\n" in text
 
 
 TRICKY = "a $HOME `echo hi` \"double\" 'single'  two  spaces\nsecond line\\"
