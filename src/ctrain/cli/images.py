@@ -1,4 +1,4 @@
-"""``ctrain pull``, ``ctrain overlay create`` and ``ctrain cache info|clean``.
+"""``ctrain pull``, ``ctrain resolve``, ``ctrain overlay create``, ``ctrain cache info|clean``.
 
 Options stay plain strings here and are checked by the library, which each command imports
 when it runs (``ctrain --help`` stays fast).
