@@ -58,7 +58,11 @@ def _run(
         {k: v for k, v in flags.items() if k != "no_launch"}
         | ({"launch": "false"} if flags.get("no_launch") else {})
     )
-    planned = planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+
+    def plan() -> planner.Planned:
+        return planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+
+    planned = plan()
     invocation = planned.invocation
     if s["dry_run"].value:
         click.echo(shlex.join(invocation.argv))
@@ -69,10 +73,11 @@ def _run(
         pending = planned.image.pull
         if pending is not None:
             click.echo(
-                f"  pulled first: ctrain pull {shlex.quote(pending.ref)} (-> {pending.target})"
+                f"  pulled first: ctrain pull {shlex.quote(pending.ref)}, "
+                f"then {pending.target} is run in its place"
             )
         return
-    planner.run(planned, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
+    planner.run(planned, plan, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
 
 
 @click.command("exec", cls=DashDashCommand)

@@ -2,8 +2,8 @@
 
 ``plan`` decides everything the exec will get, the image included: a remote image on apptainer
 or singularity is run from the local SIF file ``ctrain pull`` writes (``images.resolve``), so
-``--dry-run`` prints exactly what ``run`` execs, and the pull ``run`` makes first when that file
-is not there yet. ``run`` only pulls, takes the overlay lock, then execs.
+``--dry-run`` prints what ``run`` execs. When that file is not there yet, the plan names the
+pull; ``run`` pulls, plans again (now on the file), takes the overlay lock, then execs.
 """
 
 from __future__ import annotations
@@ -16,13 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from ctrain.container.runtimes import (
-    RUNTIMES,
-    Invocation,
-    Request,
-    choose_runtime,
-    plan_invocation,
-)
+from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import cachedir, resolve
 from ctrain.launch.jobenv import GpuEnv
@@ -32,8 +26,8 @@ from ctrain.util import proc
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
-    invocation: Invocation  # what is exec'd
-    image: resolve.ImageChoice  # and the pull to run before it, if any
+    invocation: Invocation  # what is exec'd (planned again after a pending pull)
+    image: resolve.ImageChoice  # the pull to run before it, if any
 
 
 def plan(
@@ -71,19 +65,11 @@ def plan(
     def which(name: str) -> str | None:
         return proc.which(name, environ)
 
-    invocation = plan_invocation(request, environ, which, gpus, extra)
-    _, program = choose_runtime(invocation.runtime, which)
-    choice = resolve.choose(invocation.spec.image, invocation.runtime, program, s, environ)
-    return Planned(_on_image(invocation, choice.image, program), choice)
-
-
-def _on_image(invocation: Invocation, image: str, program: str) -> Invocation:
-    """``invocation`` running ``image`` instead (the same argv builder, another image)."""
-    if image == invocation.spec.image:
-        return invocation
-    spec = dataclasses.replace(invocation.spec, image=image)
-    argv = RUNTIMES[invocation.runtime].argv(spec, program)
-    return dataclasses.replace(invocation, argv=argv, spec=spec)
+    runtime, program = choose_runtime(request.runtime, which)
+    choice = resolve.choose(request.image, runtime.name, program, s, environ)
+    if choice.pull is None:  # else the file is not there yet: planned again after the pull
+        request = dataclasses.replace(request, image=choice.image)
+    return Planned(plan_invocation(request, environ, which, gpus, extra), choice)
 
 
 def _hold_overlay_lock(
@@ -108,12 +94,16 @@ def _hold_overlay_lock(
 
 def run(
     planned: Planned,
+    again: Callable[[], Planned],
     s: Mapping[str, Resolved],
     environ: Mapping[str, str],
     say: Callable[[str], None],
 ) -> NoReturn:
-    """Pull the image if the plan says so, take the overlay lock, then exec the invocation."""
-    resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
+    """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
+    take the overlay lock, then exec the invocation."""
+    if planned.image.pull is not None:
+        resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
+        planned = again()
     invocation = planned.invocation
     _hold_overlay_lock(invocation, s, environ)
     proc.exec_replace(invocation.argv, invocation.env)

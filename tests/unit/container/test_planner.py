@@ -10,7 +10,9 @@ import pytest
 from ctrain.container import planner
 from ctrain.errors import ConfigError
 from ctrain.images.resolve import ImageChoice
+from ctrain.images.sif import new_sidecar, sidecar_of
 from ctrain.settings import Resolved, Value, resolve
+from tests import fake_apptainer
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def settings(environ: dict[str, str], cwd: Path, **flags: Value) -> dict[str, Re
     return resolve({"runtime": "apptainer", **flags}, environ, cwd)
 
 
-def test_a_remote_image_runs_from_the_file_a_pull_writes_first(
+def test_a_remote_image_not_pulled_yet_plans_its_pull(
     environ: dict[str, str], tmp_path: Path
 ) -> None:
     cache = tmp_path / "scratch" / "cache"
@@ -39,13 +41,25 @@ def test_a_remote_image_runs_from_the_file_a_pull_writes_first(
     s = settings(environ, tmp_path)
     got = planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
     target = cache / "images" / "docker_example_img_1.sif"
-    assert got.invocation.spec.image == str(target)
-    assert str(target) in got.invocation.argv
-    assert "docker://example/img:1" not in got.invocation.argv  # apptainer never sees it
+    assert got.image.image == str(target)  # what the exec runs, planned again after the pull
     assert got.image.pull is not None and got.image.pull.target == target
     assert got.image.cache is not None
     assert got.image.cache.source == f"file {tmp_path / 'ctrain.toml'}:1"
     assert not cache.exists()  # created by run, just before the pull
+
+
+def test_a_pulled_remote_image_runs_from_its_file(environ: dict[str, str], tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    s = settings(environ, tmp_path, cache_dir=str(cache))
+    target = cache / "images" / "docker_example_img_1.sif"
+    target.parent.mkdir(parents=True)
+    fake_apptainer.make_sif(target, {})
+    record = new_sidecar("docker://example/img:1", "apptainer", None, size=target.stat().st_size)
+    sidecar_of(target).write_text(record.to_json())
+    got = planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
+    assert got.image == ImageChoice(str(target), None, got.image.cache)
+    assert got.invocation.spec.image == str(target)
+    assert "docker://example/img:1" not in got.invocation.argv  # apptainer never sees it
 
 
 def test_a_local_image_needs_no_cache(environ: dict[str, str], tmp_path: Path) -> None:
@@ -64,4 +78,4 @@ def test_no_cache_directory_fails_the_plan(environ: dict[str, str], tmp_path: Pa
         planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
     s = settings(environ, tmp_path, allow_home_cache=True)
     got = planner.plan("exec", "docker://example/img:1", ("true",), (), (), s, environ)
-    assert got.invocation.spec.image.startswith(str(tmp_path / "home/.apptainer/cache/images/"))
+    assert got.image.image.startswith(str(tmp_path / "home/.apptainer/cache/images/"))

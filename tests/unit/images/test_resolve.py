@@ -138,9 +138,9 @@ def test_a_rank_of_a_step_refuses_an_image_not_pulled(fake: Env) -> None:
 def test_dry_run_names_the_pull_and_runs_nothing(fake: Env) -> None:
     done = fake.ctrain("exec", "--dry-run", "--no-launch", REF, "--", "true")
     assert done.returncode == 0, done.stderr
-    argv = done.stdout.splitlines()[0].split()
-    assert argv[-2:] == [str(fake.target), "true"]
-    assert f"pulled first: ctrain pull {REF} (-> {fake.target})" in done.stdout
+    assert done.stdout.splitlines()[0].split()[-2:] == [REF, "true"]
+    pulled = f"  pulled first: ctrain pull {REF}, then {fake.target} is run in its place"
+    assert pulled in done.stdout.splitlines()
     assert fake.verbs() == [] and not fake.cache.exists()
 
 
