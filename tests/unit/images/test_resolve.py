@@ -18,6 +18,7 @@ from tests.helpers import run_ctrain, sandbox
 
 REF = "docker://registry.example/team/train:1"
 TIMEOUT = 60
+IMAGE_VERBS = ("pull", "inspect", "exec")
 
 
 # -- the decision table ------------------------------------------------------------------------
@@ -86,7 +87,9 @@ class Env:
         return run_ctrain(*args, env=env, cwd=self.tmp, timeout=TIMEOUT)
 
     def verbs(self) -> list[str]:
-        return [str(c["argv"][0]) for c in fake_apptainer.calls(self.log) if "argv" in c]  # type: ignore[index]
+        """The calls that touch an image, in order (not --version probes, not events)."""
+        found = [c["argv"][0] for c in fake_apptainer.calls(self.log) if "argv" in c]  # type: ignore[index]
+        return [str(verb) for verb in found if verb in IMAGE_VERBS]
 
     def images(self) -> list[object]:
         return [c["container"]["image"] for c in fake_apptainer.calls(self.log) if "container" in c]  # type: ignore[index]
