@@ -10,17 +10,18 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.standin import remote
 from tests.standin.cli import Flags, given, parse, values
 from tests.standin.environment import start_script
 from tests.standin.identity import Fatal, Identity
-from tests.standin.images import Event, cached_image
 from tests.standin.log import Call
 from tests.standin.overlay import lock_overlays, parse_overlays
 from tests.standin.sif import Metadata, read_metadata
 
+Event = Callable[[dict[str, object]], None]
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)  # fmt: skip
 
@@ -80,6 +81,8 @@ def image_metadata(
     image: str, who: Identity, environ: dict[str, str], flags: Flags, event: Event
 ) -> Metadata:
     if remote.is_uri(image):
+        from tests.standin.images import cached_image  # not at the top: start-up time
+
         remote.check_reference(image, "exec")
         return cached_image(image, who, environ, given(flags, "--disable-cache"), event)[1]
     path = Path(image)

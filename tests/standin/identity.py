@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 APPTAINER_VERSION = "1.4.5"  # the default FAKE_APPTAINER_VERSION as apptainer
 CE_VERSION = "4.5.1"  # ... and as singularity (SingularityCE)
@@ -31,14 +30,12 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM during a pull or build: temporary files go, then exit 255."""
 
 
-@dataclass(frozen=True)
 class Identity:
-    """``ce``: SingularityCE; otherwise Apptainer (``compat``: run as ``singularity``)."""
+    """``ce``: SingularityCE; otherwise Apptainer (``compat``: run as ``singularity``). A plain
+    class: dataclasses would double the stand-in's start-up time."""
 
-    ce: bool
-    compat: bool
-    version: Version
-    version_text: str
+    def __init__(self, ce: bool, compat: bool, version: Version, version_text: str) -> None:
+        self.ce, self.compat, self.version, self.version_text = ce, compat, version, version_text
 
     @property
     def own(self) -> tuple[str, ...]:

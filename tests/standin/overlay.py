@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from tests.standin.cli import parse, values
@@ -90,6 +89,8 @@ def overlay_create(args: list[str], who: Identity, ran: list[list[str]]) -> int:
     if path.exists():
         raise Fatal(f"{path} already exists and is not a SIF image")
     size = int(size_text)
+    import tempfile  # not at the top: the stand-in's start-up time
+
     staging = path.with_name(path.name + ".ext3")
     if values(flags, "--sparse", "-S"):
         command = ["truncate", f"--size={size}M", str(staging)]
