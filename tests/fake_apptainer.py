@@ -46,10 +46,13 @@ Modelled (facts file sections in brackets):
   descriptor with the metadata, a partition; read: magic, version 01, descriptors size;
 - [overlay create] --size whole MiB >= 64, --sparse (truncate) or dd (every byte written),
   ``mkfs.ext3 -d`` with upper/ and work/ (default reserved blocks), an existing PATH refused.
-Not modelled: the container's own filesystem (the command sees the host's; --nv/--rocm only
-logged; --contain, --home, namespaces accepted and ignored), OCI CMD/ENTRYPOINT evaluation under
---no-eval, --mount, %files/%post (a build runs nothing), SIF overlay partitions, layers (a
-fetch reads manifest and config only), signatures, ``cache list/clean``, instances.
+Not modelled: the container's own filesystem (the command sees the host's files and devices;
+--nv is only logged; --writable-tmpfs changes nothing); exec flags whose effect cannot be shown
+on the host (--contain, --containall, --home, --workdir, --mount, --app, --fakeroot, --userns,
+namespaces, --nvccli, --rocm) are refused with a "stand-in:" FATAL rather than ignored; OCI
+CMD/ENTRYPOINT evaluation under --no-eval, %files/%post (a build runs nothing), SIF overlay
+partitions, layers (a fetch reads manifest and config only), signatures, ``cache list/clean``,
+instances. Timing and resource use are not Apptainer's.
 """
 
 from __future__ import annotations

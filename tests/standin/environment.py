@@ -132,7 +132,7 @@ def start_script(
 ) -> tuple[dict[str, str], str]:
     """(the environment /bin/sh starts with, the script it runs before ``exec "$@"``); the
     script writes the final environment, NUL-separated, to fd 3 and closes it."""
-    cleanenv = given(flags, "--cleanenv", "-e", "--containall", "-C")
+    cleanenv = given(flags, "--cleanenv", "-e")
     cleanenv = cleanenv or who.setting(environ, "CLEANENV") in ("1", "true", "yes")
     no_eval = given(flags, "--no-eval") or (
         who.has_flag("--no-eval") and who.setting(environ, "NO_EVAL") in ("1", "true", "yes")

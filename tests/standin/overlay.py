@@ -4,6 +4,7 @@ held while the command runs)."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import subprocess
@@ -70,6 +71,8 @@ def lock_overlays(overlays: list[dict[str, object]]) -> list[int]:
         try:
             fcntl.lockf(fd, (fcntl.LOCK_SH if readonly else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
+            if exc.errno == errno.ENOLCK:  # no lock support: Apptainer skips locking
+                continue
             mode = "reading" if readonly else "writing"
             raise Fatal(
                 f"while locking ext3 partition from {path}: can't open {path} for {mode}, "

@@ -91,6 +91,14 @@ def test_usage_errors_exit_255(box: Sandbox, args: list[str]) -> None:
     assert done.returncode == 255 and "FATAL:" in done.stderr
 
 
+@pytest.mark.parametrize("flag", ["--containall", "--home=/x", "--mount=type=bind", "--fakeroot"])
+def test_flags_it_cannot_show_on_the_host_are_refused_loudly(box: Sandbox, flag: str) -> None:
+    """Real Apptainer flags (exec: isolation knobs, namespaces, --mount) whose effect a host
+    process cannot show: the stand-in refuses them rather than pretend (module docstring)."""
+    done = apptainer(box, "exec", flag, "img.sif", "true")
+    assert done.returncode == 255 and "FATAL:   stand-in: " in done.stderr
+
+
 @pytest.mark.parametrize(
     ("program", "version", "flag_args", "known"),
     [
