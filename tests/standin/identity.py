@@ -65,6 +65,10 @@ class Identity:
                 return environ[prefix + key]
         return None
 
+    def enabled(self, environ: dict[str, str], key: str) -> bool:
+        """A boolean flag set through APPTAINER_<KEY> (or SINGULARITY_<KEY>)."""
+        return (self.setting(environ, key) or "").lower() in ("1", "true", "yes")
+
 
 def identify(program: str, environ: dict[str, str]) -> Identity:
     ce = program == "singularity" and environ.get("FAKE_APPTAINER_COMPAT") != "1"
