@@ -45,7 +45,9 @@ Modelled (facts file sections in brackets):
 - [SIF global header] written: header, version 01, 48 descriptors of 585 bytes, a JSON
   descriptor with the metadata, a partition; read: magic, version 01, descriptors size;
 - [overlay create] --size whole MiB >= 64, --sparse (truncate) or dd (every byte written),
-  ``mkfs.ext3 -d`` with upper/ and work/ (default reserved blocks), an existing PATH refused.
+  ``mkfs.ext3 -d`` with upper/ and work/ (0755, 0777 above uid/gid 65535; default reserved
+  blocks), --create-dir, --fakeroot refused by CE; an existing PATH refused (a SIF with a
+  "stand-in:" FATAL: adding an overlay partition is not modelled).
 Not modelled: the container's own filesystem (the command sees the host's files and devices;
 --nv is only logged; --writable-tmpfs changes nothing); exec flags whose effect cannot be shown
 on the host (--contain, --containall, --home, --workdir, --mount, --app, --fakeroot, --userns,
