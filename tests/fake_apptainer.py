@@ -19,7 +19,7 @@ Modelled (facts file sections in brackets):
 - [parsing] flags end at the first positional; ``--flag=value``; unknown flags, flags newer
   than the version (identity.FIRST_VERSION: --no-eval, --build-arg), wrong arity: FATAL, 255;
   APPTAINER_<KEY> with the SINGULARITY_<KEY> fallback (CACHEDIR, TMPDIR, BIND, BINDPATH,
-  OVERLAY, CLEANENV, NO_EVAL, DISABLE_CACHE); ``--version``;
+  OVERLAY, CLEANENV, NO_EVAL, DISABLE_CACHE; a WARNING when the two differ); ``--version``;
 - [exec/run/shell] the command RUNS: /bin/sh builds the environment ([Environment]: --cleanenv
   keeps TERM and the proxies, LANG=C; the image's OCI Env (PATH forced, the rest only where
   unset), %environment, LD_LIBRARY_PATH + /.singularity.d/libs; <PREFIX>ENV_* and --env

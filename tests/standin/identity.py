@@ -65,6 +65,16 @@ class Identity:
                 return environ[prefix + key]
         return None
 
+    def conflicts(self, environ: dict[str, str]) -> list[str]:
+        """Apptainer's warnings for APPTAINER_<KEY> and SINGULARITY_<KEY> set to different
+        values (the same value: nothing); SingularityCE reads only SINGULARITY_<KEY>."""
+        found = []
+        for key, value in sorted(environ.items()):
+            other = "SINGULARITY_" + key.removeprefix("APPTAINER_")
+            if not self.ce and key.startswith("APPTAINER_") and environ.get(other, value) != value:
+                found.append(f"WARNING: {key} and {other} have different values, using {key}")
+        return found
+
     def enabled(self, environ: dict[str, str], key: str) -> bool:
         """A boolean flag set through APPTAINER_<KEY> (or SINGULARITY_<KEY>)."""
         return (self.setting(environ, key) or "").lower() in ("1", "true", "yes")

@@ -328,6 +328,19 @@ def test_run_and_shell(box: Sandbox) -> None:
     assert done.stdout == "in-shell\n" and "WARNING" in done.stderr
 
 
+def test_apptainer_and_singularity_settings_that_differ_warn(box: Sandbox) -> None:
+    """parsing: "APPTAINER_<KEY> (SINGULARITY_<KEY> is accepted as a fallback; if both are set
+    to the same value, nothing is printed; if they differ, you get a warning)"."""
+    same = {"APPTAINER_CACHEDIR": "/c", "SINGULARITY_CACHEDIR": "/c"}
+    assert "WARNING" not in apptainer(box, "exec", "img.sif", "true", **same).stderr
+    differ = {**same, "SINGULARITY_CACHEDIR": "/d"}
+    assert (
+        "APPTAINER_CACHEDIR and SINGULARITY_CACHEDIR"
+        in apptainer(box, "--version", **differ).stderr
+    )
+    assert "WARNING" not in apptainer(box, "--version", program="singularity", **differ).stderr
+
+
 def test_every_call_is_logged_with_the_programs_own_variables(box: Sandbox) -> None:
     """The log (contract): argv, pid, host and the APPTAINER*/SINGULARITY* variables."""
     apptainer(box, "inspect", "img.sif", APPTAINER_CACHEDIR="/c", OTHER="x")
