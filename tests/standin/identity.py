@@ -10,10 +10,11 @@ CE_VERSION = "4.5.1"  # ... and as singularity (SingularityCE)
 
 Version = tuple[int, int, int]
 
-# The first release that has a flag: (Apptainer, SingularityCE). --no-eval came with
-# sylabs/singularity#704 (SingularityCE 3.10.0) and its port apptainer/apptainer#86 (Apptainer
-# 1.1.0); --build-arg and its companions with Apptainer 1.2.0 and SingularityCE 4.0.0 (facts:
-# "build"). A version below the first is refused the flag as unknown.
+# The first release that has a flag: (Apptainer, SingularityCE); the one home of these versions.
+# --no-eval came with sylabs/singularity#704 (SingularityCE 3.10.0); Apptainer 1.0.0 carries
+# SingularityCE's features up to 3.9.5 only (its release notes), and the port ("from sylabs 704",
+# apptainer PR #86) shipped in 1.1.0. --build-arg and its companions: Apptainer 1.2.0 and
+# SingularityCE 4.0.0 (facts: "build"). A version below the first is refused the flag as unknown.
 FIRST_VERSION: dict[str, tuple[Version, Version]] = {
     "--no-eval": ((1, 1, 0), (3, 10, 0)),
     "--build-arg": ((1, 2, 0), (4, 0, 0)),
