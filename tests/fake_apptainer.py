@@ -19,7 +19,7 @@ Modelled (facts file sections in brackets):
 - [parsing] flags end at the first positional; ``--flag=value``; unknown flags, flags newer
   than the version (identity.FIRST_VERSION: --no-eval, --build-arg), wrong arity: FATAL, 255;
   APPTAINER_<KEY> with the SINGULARITY_<KEY> fallback (CACHEDIR, TMPDIR, BIND, BINDPATH,
-  OVERLAY, CLEANENV, NO_EVAL, DISABLE_CACHE); ``--version``;
+  OVERLAY, CLEANENV, NO_EVAL, DISABLE_CACHE; a WARNING when the two differ); ``--version``;
 - [exec/run/shell] the command RUNS: /bin/sh builds the environment ([Environment]: --cleanenv
   keeps TERM and the proxies, LANG=C; the image's OCI Env (PATH forced, the rest only where
   unset), %environment, LD_LIBRARY_PATH + /.singularity.d/libs; <PREFIX>ENV_* and --env
@@ -45,11 +45,16 @@ Modelled (facts file sections in brackets):
 - [SIF global header] written: header, version 01, 48 descriptors of 585 bytes, a JSON
   descriptor with the metadata, a partition; read: magic, version 01, descriptors size;
 - [overlay create] --size whole MiB >= 64, --sparse (truncate) or dd (every byte written),
-  ``mkfs.ext3 -d`` with upper/ and work/ (default reserved blocks), an existing PATH refused.
-Not modelled: the container's own filesystem (the command sees the host's; --nv/--rocm only
-logged; --contain, --home, namespaces accepted and ignored), OCI CMD/ENTRYPOINT evaluation under
---no-eval, --mount, %files/%post (a build runs nothing), SIF overlay partitions, layers (a
-fetch reads manifest and config only), signatures, ``cache list/clean``, instances.
+  ``mkfs.ext3 -d`` with upper/ and work/ (0755, 0777 above uid/gid 65535; default reserved
+  blocks), --create-dir, --fakeroot refused by CE; an existing PATH refused (a SIF with a
+  "stand-in:" FATAL: adding an overlay partition is not modelled).
+Not modelled: the container's own filesystem (the command sees the host's files and devices;
+--nv is only logged; --writable-tmpfs changes nothing); exec flags whose effect cannot be shown
+on the host (--contain, --containall, --home, --workdir, --mount, --app, --fakeroot, --userns,
+namespaces, --nvccli, --rocm) are refused with a "stand-in:" FATAL rather than ignored; OCI
+CMD/ENTRYPOINT evaluation under --no-eval, %files/%post (a build runs nothing), SIF overlay
+partitions, layers (a fetch reads manifest and config only), signatures, ``cache list/clean``,
+instances. Timing and resource use are not Apptainer's.
 """
 
 from __future__ import annotations

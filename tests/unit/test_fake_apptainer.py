@@ -91,6 +91,14 @@ def test_usage_errors_exit_255(box: Sandbox, args: list[str]) -> None:
     assert done.returncode == 255 and "FATAL:" in done.stderr
 
 
+@pytest.mark.parametrize("flag", ["--containall", "--home=/x", "--mount=type=bind", "--fakeroot"])
+def test_flags_it_cannot_show_on_the_host_are_refused_loudly(box: Sandbox, flag: str) -> None:
+    """Real Apptainer flags (exec: isolation knobs, namespaces, --mount) whose effect a host
+    process cannot show: the stand-in refuses them rather than pretend (module docstring)."""
+    done = apptainer(box, "exec", flag, "img.sif", "true")
+    assert done.returncode == 255 and "FATAL:   stand-in: " in done.stderr
+
+
 @pytest.mark.parametrize(
     ("program", "version", "flag_args", "known"),
     [
@@ -318,6 +326,19 @@ def test_run_and_shell(box: Sandbox) -> None:
         timeout=60,
     )  # fmt: skip
     assert done.stdout == "in-shell\n" and "WARNING" in done.stderr
+
+
+def test_apptainer_and_singularity_settings_that_differ_warn(box: Sandbox) -> None:
+    """parsing: "APPTAINER_<KEY> (SINGULARITY_<KEY> is accepted as a fallback; if both are set
+    to the same value, nothing is printed; if they differ, you get a warning)"."""
+    same = {"APPTAINER_CACHEDIR": "/c", "SINGULARITY_CACHEDIR": "/c"}
+    assert "WARNING" not in apptainer(box, "exec", "img.sif", "true", **same).stderr
+    differ = {**same, "SINGULARITY_CACHEDIR": "/d"}
+    assert (
+        "APPTAINER_CACHEDIR and SINGULARITY_CACHEDIR"
+        in apptainer(box, "--version", **differ).stderr
+    )
+    assert "WARNING" not in apptainer(box, "--version", program="singularity", **differ).stderr
 
 
 def test_every_call_is_logged_with_the_programs_own_variables(box: Sandbox) -> None:
