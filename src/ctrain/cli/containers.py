@@ -68,8 +68,6 @@ def _run(
         click.echo(shlex.join(invocation.argv))
         for key, value in sorted(invocation.added.items()):
             click.echo(f"  env {key}={shlex.quote(value)}")
-        for key, value in sorted(invocation.runtime_env.items()):
-            click.echo(f"  runtime env {key}={shlex.quote(value)}")
         pending = planned.image.pull
         if pending is not None:
             click.echo(

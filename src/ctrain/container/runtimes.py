@@ -7,7 +7,7 @@ it returns the exact argv and environment; the CLI prints them (--dry-run) or ex
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -26,7 +26,6 @@ from ctrain.container.spec import (
     refuse_shared_rw_overlay,
 )
 from ctrain.errors import ExternalToolError, SpecError
-from ctrain.images.cachedir import CacheChoice
 from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 
 
@@ -89,8 +88,6 @@ class Invocation:
     env: dict[str, str]  # the runtime process's whole environment
     added: dict[str, str]  # what ctrain adds for the container (shown by --dry-run)
     spec: RunSpec
-    runtime_env: dict[str, str] = field(default_factory=dict)  # for the runtime itself, in env
-    cache: CacheChoice | None = None  # the Apptainer cache, created and checked before the exec
 
 
 def _asked_env(request: Request) -> dict[str, str]:
