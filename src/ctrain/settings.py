@@ -87,6 +87,7 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting("nv", False, "give the container the task's NVIDIA GPUs", _flag),
     Setting("overlay", None, "overlay image FILE[:ro] (apptainer, singularity)", _text),
     Setting("env_file", None, "file of NAME=VALUE lines for the container", _text),
+    Setting("cwd", None, "working directory in the container (default: where ctrain runs)", _text),
     Setting("launch", True, "run the command through the image's ctrain launch", _flag),
     Setting("dry_run", False, "print the command and its environment, run nothing", _flag),
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),

@@ -31,6 +31,7 @@ def common(func: Any) -> Any:
         setting_option("overlay"),
         click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the container."),
         setting_option("env_file"),
+        setting_option("cwd"),
         setting_option("cache_dir"),
         setting_option("allow_home_cache", is_flag=True, flag_value="true"),
         setting_option("dry_run", is_flag=True, flag_value="true"),
@@ -48,9 +49,7 @@ def _run(
     env_pairs: tuple[str, ...],
     **flags: Any,
 ) -> None:
-    import shlex
-
-    from ctrain.container import planner
+    from ctrain.container import planner, runtimes
 
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
@@ -60,11 +59,7 @@ def _run(
     )
     invocation = planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
     if s["dry_run"].value:
-        click.echo(shlex.join(invocation.argv))
-        for key, value in sorted(invocation.added.items()):
-            click.echo(f"  env {key}={shlex.quote(value)}")
-        for key, value in sorted(invocation.runtime_env.items()):
-            click.echo(f"  runtime env {key}={shlex.quote(value)}")
+        click.echo("\n".join(runtimes.describe(invocation, os.environ)))
         return
     planner.run(invocation, s, os.environ)
 

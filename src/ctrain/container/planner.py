@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ctrain.container.runtimes import Invocation, Request, plan_invocation
+from ctrain.container import versions
 from ctrain.container.spec import Action
 from ctrain.images import cachedir
 from ctrain.launch.jobenv import GpuEnv
@@ -37,6 +38,7 @@ def plan(
     binds = s["binds"].value
     overlay = s["overlay"].value
     env_file = s["env_file"].value
+    workdir = s["cwd"].value
     request = Request(
         runtime=str(s["runtime"].value),
         action=action,
@@ -49,6 +51,7 @@ def plan(
         env_pairs=env_pairs,
         env_files=(str(env_file),) if env_file else (),
         cwd=os.getcwd(),
+        workdir=str(workdir) if workdir else None,
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
@@ -56,7 +59,12 @@ def plan(
     gpus = GpuEnv.from_environ(environ).visible
     extra = tuple(binds) if isinstance(binds, tuple) else ()
     invocation = plan_invocation(
-        request, environ, lambda name: proc.which(name, environ), gpus, extra
+        request,
+        environ,
+        lambda name: proc.which(name, environ),
+        gpus,
+        extra,
+        version_of=lambda program: versions.installed_version(program, environ),
     )
     return _with_apptainer_cache(invocation, s, environ)
 
