@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
 from ctrain.names import is_remote, runtime_reference
 
-NO_EVAL = "--no-eval"
+NO_EVAL: Final = "--no-eval"
 # What the shell interprets inside double quotes (a trailing backslash breaks the script).
 _EVALUATED = ("$", "`", "\\")
 
@@ -36,7 +37,7 @@ def _bind(bind: Bind) -> str:
 
 
 def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
-    """Without --no-eval, a value with ``$``, a backtick or a backslash would not arrive as given."""
+    """Without --no-eval, a value with ``$``, a backtick or a backslash would not arrive as is."""
     for key, value in sorted(env.items()):
         if any(char in value for char in _EVALUATED):
             raise SpecError(

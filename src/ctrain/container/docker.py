@@ -69,9 +69,9 @@ class Docker:
             argv += ["--user", f"{spec.user[0]}:{spec.user[1]}"]
         argv += self._gpus(spec)
         binds = list(spec.binds)
-        if spec.workdir is None and spec.cwd != "/":
-            if not any(b.dst == spec.cwd for b in binds):
-                binds.append(Bind(spec.cwd, spec.cwd))
+        unbound = spec.cwd != "/" and not any(b.dst == spec.cwd for b in binds)
+        if spec.workdir is None and unbound:
+            binds.append(Bind(spec.cwd, spec.cwd))
         argv += ["--workdir", spec.workdir or spec.cwd]
         for bind in binds:
             argv += ["--mount", mount(bind)]

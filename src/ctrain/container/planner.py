@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from ctrain.container.runtimes import Invocation, Request, plan_invocation
 from ctrain.container import versions
+from ctrain.container.runtimes import Invocation, Request, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import cachedir
 from ctrain.launch.jobenv import GpuEnv

@@ -203,9 +203,21 @@ def test_read_write_overlay_in_a_multi_task_step_is_refused(tmp_path: Path) -> N
     base = dict(runtime="apptainer", action="exec", image=str(tmp_path / "i.sif"), command=("x",))
     step = {"SLURM_STEP_NUM_TASKS": "8"}
     with pytest.raises(SpecError, match="8 tasks") as caught:
-        plan_invocation(Request(**base, overlay=str(tmp_path / "o.img")), step, which, None, version_of=version_of)  # type: ignore[arg-type]
+        plan_invocation(
+            Request(**base, overlay=str(tmp_path / "o.img")),
+            step,
+            which,
+            None,
+            version_of=version_of,
+        )  # type: ignore[arg-type]
     assert ":ro" in caught.value.fix
-    plan_invocation(Request(**base, overlay=f"{tmp_path / 'o.img'}:ro"), step, which, None, version_of=version_of)  # type: ignore[arg-type]
+    plan_invocation(
+        Request(**base, overlay=f"{tmp_path / 'o.img'}:ro"),
+        step,
+        which,
+        None,
+        version_of=version_of,
+    )  # type: ignore[arg-type]
 
 
 def test_env_file() -> None:
@@ -258,7 +270,9 @@ def test_launcher_variables_reach_the_container(files: Path, runtime: str) -> No
     """Apptainer gets each as <PREFIX>NAME=value (--cleanenv drops the rest); Docker and Podman
     get `-e NAME` and read the value from their own environment."""
     request = Request(runtime, "exec", str(files / "img.sif"), ("python", "t.py"), launch=False)
-    invocation = plan_invocation(request, {"PATH": "/usr/bin", **RANK_ENV}, which, None, version_of=version_of)
+    invocation = plan_invocation(
+        request, {"PATH": "/usr/bin", **RANK_ENV}, which, None, version_of=version_of
+    )
     if runtime in ("apptainer", "singularity"):
         prefix = "SINGULARITYENV_" if runtime == "singularity" else "APPTAINERENV_"
         assert "--cleanenv" in invocation.argv
