@@ -150,9 +150,11 @@ def passthrough(environ: Mapping[str, str]) -> dict[str, str]:
 
 def job_tmpdir(environ: Mapping[str, str]) -> str | None:
     """The host's TMPDIR (under Slurm often a per-job directory) when it is an existing
-    absolute directory: the container gets it bound at the same path and set."""
+    absolute directory other than /tmp (which every container has): the container gets it
+    bound at the same path and set."""
     tmpdir = environ.get("TMPDIR", "")
-    if not PurePosixPath(tmpdir).is_absolute() or not Path(tmpdir).is_dir():
+    path = PurePosixPath(tmpdir)
+    if not path.is_absolute() or path == PurePosixPath("/tmp") or not Path(tmpdir).is_dir():
         return None
     return tmpdir
 

@@ -156,8 +156,11 @@ def test_tmpdir_user_logname_reach_the_container_lang_does_not(tmp_path: Path) -
     assert asked.added["LANG"] == "en_US.UTF-8"
 
 
-def test_a_missing_tmpdir_is_neither_bound_nor_set(tmp_path: Path) -> None:
-    got = plan(tmp_path, environ={"TMPDIR": str(tmp_path / "gone")})
+@pytest.mark.parametrize("tmpdir", ["gone", "/tmp", "/tmp/", "relative"])
+def test_a_missing_or_plain_tmpdir_is_neither_bound_nor_set(tmp_path: Path, tmpdir: str) -> None:
+    (tmp_path / "relative").mkdir()
+    given = str(tmp_path / tmpdir) if tmpdir == "gone" else tmpdir
+    got = plan(tmp_path, environ={"TMPDIR": given})
     assert "TMPDIR" not in got.added and "--bind" not in got.argv
 
 
