@@ -13,6 +13,8 @@ import pytest
 from ctrain.container.runtimes import Invocation, Request, describe, plan_invocation
 from ctrain.container.versions import RuntimeVersion, parse_version
 from ctrain.errors import ExternalToolError, SpecError
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
 from ctrain.names import is_remote, runtime_reference
 
 
@@ -170,11 +172,17 @@ def test_tmpdir_bound_for_docker_too(tmp_path: Path) -> None:
     assert "TMPDIR" in got.argv[got.argv.index("-e") + 1 :]
 
 
-def test_a_host_cuda_home_does_not_reach_the_container(tmp_path: Path) -> None:
+def test_a_host_cuda_home_does_not_become_the_containers_xla_flags(tmp_path: Path) -> None:
     host = {"CUDA_HOME": "/opt/cuda-12", "CUDA_PATH": "/opt/cuda-12", "CUDA_CACHE_DISABLE": "1"}
     got = plan(tmp_path, environ=host)
     assert "CUDA_HOME" not in got.added and "CUDA_PATH" not in got.added
     assert got.added["CUDA_CACHE_DISABLE"] == "1"  # the rest of CUDA_ still passes
+    for image_env in ({}, {"CUDA_HOME": "/usr/local/cuda"}):  # what ctrain launch sees inside
+        inside = {**image_env, **got.added}
+        launched = make_plan(JobEnv.from_environ(inside, "x"), LaunchOptions(), inside, ())
+        xla = child_environ(inside, launched).get("XLA_FLAGS", "")
+        assert "/opt/cuda-12" not in xla
+        assert ("/usr/local/cuda" in xla) is bool(image_env)
 
 
 def test_dry_run_lines_show_every_variable_the_runtime_process_gets(tmp_path: Path) -> None:
