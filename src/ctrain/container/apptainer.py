@@ -100,7 +100,8 @@ class Apptainer:
         found = [f"{version.text}: container variables as {self.env_prefix}NAME, {verbatim}"]
         image = runtime_reference(spec.image, "exec")
         if image != spec.image:
-            found.append(f"image {spec.image} given as {image}, the form {self.name} exec takes")
+            takes = f"the form {self.name} {spec.action} takes"
+            found.append(f"image {spec.image} given as {image}, {takes}")
         return found
 
     def image_file(self, image: str) -> str | None:
