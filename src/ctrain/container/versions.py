@@ -18,13 +18,17 @@ from ctrain.util import proc
 
 Flavour = Literal["apptainer", "singularity-ce", "singularity"]
 Number = tuple[int, int, int]
-Feature = Literal["--no-eval"]
+Feature = Literal["--no-eval", "--build-arg"]
 
-# The first release of each flavour that has each feature, from the projects' CHANGELOG.md:
+# The first release of each flavour that has each feature, from the projects' CHANGELOG.md
+# (Singularity, up to 3.8.7, has neither):
 # --no-eval (inject APPTAINERENV_/SINGULARITYENV_/--env values verbatim): Apptainer 1.1.0
-# (2022-09-27), SingularityCE 3.10.0 (2022-05-17); Singularity up to 3.8.7 never had it.
+# (2022-09-27), SingularityCE 3.10.0 (2022-05-17).
+# --build-arg (and %arguments, {{ NAME }} in def files): Apptainer 1.2.0 (2023-07-18),
+# SingularityCE 4.0.0 (2023-09-19).
 FIRST_WITH: dict[Feature, dict[Flavour, Number | None]] = {
     "--no-eval": {"apptainer": (1, 1, 0), "singularity-ce": (3, 10, 0), "singularity": None},
+    "--build-arg": {"apptainer": (1, 2, 0), "singularity-ce": (4, 0, 0), "singularity": None},
 }
 VERSION_TIMEOUT = 30.0
 _LINE = re.compile(r"^(apptainer|singularity-ce|singularity) version v?(\d+)\.(\d+)(?:\.(\d+))?")

@@ -84,6 +84,20 @@ def test_no_eval_from_its_first_release(text: str, has: bool, tmp_path: Path) ->
     assert argv.index("--cleanenv") == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "has"),
+    [
+        ("apptainer version 1.1.9", False),
+        ("apptainer version 1.2.0", True),
+        ("singularity-ce version 3.11.5", False),
+        ("singularity-ce version 4.0.0", True),
+        ("singularity version 3.8.7", False),
+    ],
+)
+def test_build_arg_from_its_first_release(text: str, has: bool) -> None:
+    assert parse_version(text, "apptainer").has("--build-arg") is has
+
+
 UNSAFE = ["$HOME", "`id`", "a\\b", "ends\\"]
 
 
