@@ -67,10 +67,12 @@ def test_below_no_eval_such_values_are_refused_before_apptainer_starts(
 
 
 def test_below_no_eval_plain_values_still_work(box: dict[str, str], tmp_path: Path) -> None:
+    """A newline and double quotes survive Apptainer's double-quoting (only `"` is escaped)."""
     old = {**box, "FAKE_APPTAINER_VERSION": "1.0.3"}
-    done, got = seen(old, tmp_path, ("--env", "V=two words, 'quoted'"), "V")
+    value = "two words, 'single' \"double\"\nsecond line"
+    done, got = seen(old, tmp_path, ("--env", f"V={value}"), "V")
     assert done.returncode == 0, done.stderr  # the stand-in would refuse --no-eval on 1.0.3
-    assert got["V"] == "two words, 'quoted'"
+    assert got["V"] == value
 
 
 def test_apptainers_compat_singularity_gets_apptainerenv(
