@@ -16,14 +16,16 @@ def dispatch(argv: list[str], environ: dict[str, str], who: Identity, call: Call
         from tests.standin.action import action
 
         return action(verb, argv[1:], environ, who, call)
+    if argv[:2] == ["overlay", "create"]:
+        from tests.standin.overlay import overlay_create
+
+        ran: list[list[str]] = []
+        call.line["ran"] = ran  # logged once done
+        return overlay_create(argv[2:], who, ran)
     call.write()  # the others log first: a slow pull is visible in the log while it runs
     if argv in (["--version"], ["version"]):
         print(who.banner() if verb == "--version" else who.version_text)
         return 0
-    if argv[:2] == ["overlay", "create"]:
-        from tests.standin.overlay import overlay_create
-
-        return overlay_create(argv[2:], who)
     if verb == "pull":
         from tests.standin.images import pull
 

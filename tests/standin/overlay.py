@@ -80,7 +80,8 @@ def lock_overlays(overlays: list[dict[str, object]]) -> list[int]:
     return held
 
 
-def overlay_create(args: list[str], who: Identity) -> int:
+def overlay_create(args: list[str], who: Identity, ran: list[list[str]]) -> int:
+    """Create the overlay image; ``ran`` gets the commands run (for the log)."""
     flags, (path_text,) = parse("overlay create", args, who)
     size_text = (values(flags, "--size", "-s") or ["64"])[-1]
     if not size_text.isdigit() or int(size_text) < 64:
@@ -98,6 +99,7 @@ def overlay_create(args: list[str], who: Identity) -> int:
         for name in ("upper", "work", *(f"upper/{d}" for d in values(flags, "--create-dir"))):
             Path(stage, name).mkdir(mode=0o755, parents=True, exist_ok=True)
         for step in (command, [tool("mkfs.ext3"), "-q", "-F", "-d", stage, str(staging)]):
+            ran.append(step)
             done = subprocess.run(step, capture_output=True, text=True)
             if done.returncode != 0:
                 staging.unlink(missing_ok=True)
