@@ -63,6 +63,7 @@ class Context:
     placement: Launched
     strategy: Any  # tf.distribute.Strategy, or None under Horovod
     hvd: Any = None  # horovod.tensorflow.keras under Horovod
+    keras3: bool = False  # the script runs on Keras 3, not tf-keras (TF_USE_LEGACY_KERAS)
     _preemption: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -151,10 +152,13 @@ class Context:
 
         found: list[Any] = []
         if self.hvd is not None:
-            found += [
-                callbacks.BroadcastInitialWeights(self.hvd),
-                callbacks.AverageMetrics(self.hvd),
-            ]
+            if self.keras3:
+                from ctrain.train.keras3_callbacks import BroadcastInitialWeights
+
+                found.append(BroadcastInitialWeights(self.hvd))
+            else:
+                found.append(callbacks.BroadcastInitialWeights(self.hvd))
+            found.append(callbacks.AverageMetrics(self.hvd))
         if warmup_epochs > 0 and self.replicas > 1:
             found.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
         return found
@@ -287,10 +291,11 @@ def init(environ: MutableMapping[str, str] | None = None) -> Context:
     """Set up this process for its mode and return its training context."""
     env = os.environ if environ is None else environ
     placed = prepare_environ(env, sys.argv[0])
-    if placed.mode is Mode.MULTIWORKER and not tf_keras_chosen(env.get(LEGACY_KERAS)):
+    keras3 = not tf_keras_chosen(env.get(LEGACY_KERAS))
+    if placed.mode is Mode.MULTIWORKER and keras3:
         from ctrain.train import keras3_mwms
 
         keras3_mwms.arm()
     if placed.mode is Mode.HOROVOD:
-        return Context(placed, strategy=None, hvd=_horovod(placed, env))
-    return Context(placed, strategy=_tf_strategy(placed))
+        return Context(placed, strategy=None, hvd=_horovod(placed, env), keras3=keras3)
+    return Context(placed, strategy=_tf_strategy(placed), keras3=keras3)

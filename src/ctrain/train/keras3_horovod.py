@@ -4,8 +4,7 @@
 optimizer applies its updates in ``apply(grads, variables)`` (``apply_gradients`` calls it),
 so ctrain's wrapper is a subclass of the optimizer's own class whose ``apply`` first averages
 the gradients over the ranks. It keeps the class's name and module: a model saved with it
-loads back with the plain optimizer. The callbacks (initial broadcast, metric averaging,
-warm-up) are ctrain's own in ``ctrain.train.callbacks``; they work on Keras 3 too.
+loads back with the plain optimizer. The callbacks are in ``keras3_callbacks``.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
-from ctrain.errors import LaunchError
+from ctrain.errors import CtrainError, LaunchError
 
 TRAINER = "keras.src.backend.tensorflow.trainer"
 MIN_VERSION = (3, 5)
@@ -71,6 +71,14 @@ def refusal(steps_per_execution: int, jit_compile: bool, gpus: int) -> LaunchErr
     return None
 
 
+def refuse(error: CtrainError) -> NoReturn:
+    """End the training script before its first step with the error's one line and exit
+    status: no traceback, as for ctrain's commands (the script is the user's, not a library
+    caller that could recover)."""
+    print(error.line(), file=sys.stderr, flush=True)
+    raise SystemExit(error.exit_code)
+
+
 def _build_from_local_batch(original: Any) -> Any:
     def build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         from keras.src import tree
@@ -87,7 +95,7 @@ def _build_from_local_batch(original: Any) -> Any:
             len(tf.config.list_logical_devices("GPU")),
         )
         if refused is not None:
-            raise refused
+            refuse(refused)
         if iterator is not None:
             for _, _, it in iterator:
                 data_batch = tree.map_structure(
@@ -142,9 +150,9 @@ def apply(trainer: Any, version: str) -> tuple[bool, bool]:
 
 
 def _apply_to(module: ModuleType) -> None:
-    import keras
+    from importlib.metadata import version  # keras itself may be half imported here
 
-    apply(module, keras.__version__)
+    apply(module, version("keras"))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
