@@ -62,21 +62,46 @@ def test_keras3_multiworker_equals_one_process(tmp_path: Path) -> None:
     assert chief["restored_same"] is True and one["restored_same"] is True
 
 
-@pytest.mark.slurm
-@pytest.mark.tensorflow
-def test_keras3_steps_per_execution_is_refused_in_one_line(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def refused(out: Path, starter: list[str], mode: str, script: str, arg: str) -> list[str]:
+    """Each rank's one error line, from a run that must stop before its first step."""
     out.mkdir()
-    python = [str(BIN / "python"), str(SCRIPTS / "keras3_strategy.py"), str(out), "2"]
-    argv = [*SRUN, "--error", f"{out}/err-%t.txt", CTRAIN, "launch", "--quiet", "--", *python]
-    done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    python = [str(BIN / "python"), str(SCRIPTS / script), str(out), arg]
+    argv = [*starter, "--error", f"{out}/err-%t.txt", CTRAIN, "launch", "--mode", mode]
+    done = subprocess.run(
+        [*argv, "--quiet", "--", *python],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode != 0
+    assert not (out / "model.keras").exists()
+    lines = []
     for rank in (0, 1):
         errors = (out / f"err-{rank}.txt").read_text()
         assert "Traceback" not in errors, errors
-        (line,) = [line for line in errors.splitlines() if line.startswith("ctrain: error:")]
+        lines += [line for line in errors.splitlines() if line.startswith("ctrain: error:")]
+    return lines
+
+
+@pytest.mark.slurm
+@pytest.mark.tensorflow
+def test_keras3_steps_per_execution_is_refused_in_one_line(tmp_path: Path) -> None:
+    lines = refused(tmp_path / "out", SRUN, "auto", "keras3_strategy.py", "2")
+    assert len(lines) == 2
+    for line in lines:
         assert "steps_per_execution=2" in line and "Fix: compile with steps_per_execution=1" in line
-    assert not (out / "model.keras").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.tensorflow
+@pytest.mark.horovod
+def test_keras3_jit_compile_under_horovod_is_refused_in_one_line(tmp_path: Path) -> None:
+    lines = refused(tmp_path / "out", [*SRUN, "--mpi=pmix"], "horovod", "keras3_ctrain.py", "true")
+    assert len(lines) == 2
+    assert all(
+        "XLA-compiled" in line and "Fix: compile with jit_compile=False" in line for line in lines
+    )
 
 
 @pytest.mark.slurm

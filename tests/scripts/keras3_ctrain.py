@@ -1,6 +1,6 @@
 """A Keras 3 script through ctrain's training API: one script for every mode.
 
-    python keras3_ctrain.py OUT_DIR
+    python keras3_ctrain.py OUT_DIR [true]    (true: compile with jit_compile=True)
 
 ctrain.distributed.init() gives the strategy (or Horovod), the batch size per process, the
 learning rate scaled with the replicas, the optimizer (gradients averaged under Horovod) and the
@@ -18,6 +18,7 @@ import ctrain.distributed
 
 ctx = ctrain.distributed.init()
 out = sys.argv[1]
+jit_compile = True if sys.argv[2:] == ["true"] else "auto"
 
 rng = np.random.default_rng(42)
 x = rng.normal(size=(512, 8)).astype("float32")
@@ -30,7 +31,12 @@ with ctx.scope():
         [keras.Input(shape=(8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
     )
     optimizer = keras.optimizers.SGD(learning_rate=ctx.scale_lr(0.02), momentum=0.9)
-    model.compile(optimizer=ctx.optimizer(optimizer), loss="mse", metrics=["mae"])
+    model.compile(
+        optimizer=ctx.optimizer(optimizer),
+        loss="mse",
+        metrics=["mae"],
+        jit_compile=jit_compile,
+    )
 
 history = model.fit(
     dataset, epochs=3, callbacks=ctx.callbacks(warmup_epochs=2), verbose=2 if ctx.is_chief else 0

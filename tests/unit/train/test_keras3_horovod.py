@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from ctrain.distributed import Context, Launched
+from ctrain.names import Mode
 from ctrain.train import keras3_horovod
 
 
@@ -77,3 +79,24 @@ def test_the_copy_keeps_class_settings_and_saved_name(horovod: list[tuple[float,
     assert wrapped.learning_rate == 0.5
     assert (type(wrapped).__name__, type(wrapped).__module__) == ("SGD", SGD.__module__)
     assert keras3_horovod.is_keras3_optimizer(wrapped)
+
+
+class HorovodKeras:
+    """Stands in for horovod.tensorflow.keras: its optimizer wraps tf-keras ones only."""
+
+    def DistributedOptimizer(self, optimizer: Any) -> tuple[str, Any]:  # noqa: N802
+        return ("horovod's", optimizer)
+
+
+def test_the_context_gives_each_keras_its_horovod_optimizer(
+    horovod: list[tuple[float, str]],
+) -> None:
+    ctx = Context(Launched(Mode.HOROVOD, 0, 2, 0, 2, "ring", 600), None, HorovodKeras(), True)
+    tf_keras = TfKerasSGD()
+    assert ctx.optimizer(tf_keras) == ("horovod's", tf_keras)
+    keras3 = ctx.optimizer(SGD(0.5))
+    assert isinstance(keras3, SGD) and keras3.apply([4.0]) == "applied"
+    assert keras3.applied == [([22.0], None)]
+    alone = Context(Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600), None, None, True)
+    plain = SGD()
+    assert alone.optimizer(plain) is plain
