@@ -152,7 +152,10 @@ def apply(trainer: Any, version: str) -> tuple[bool, bool]:
 def _apply_to(module: ModuleType) -> None:
     from importlib.metadata import version  # keras itself may be half imported here
 
-    apply(module, version("keras"))
+    try:
+        apply(module, version("keras"))
+    except LaunchError as error:
+        refuse(error)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -134,3 +134,17 @@ def test_arm_applies_the_fix_when_the_trainer_is_imported(
 
     assert late_trainer.reduce_per_replica.__module__ == "ctrain.train.keras3_mwms"
     assert not any(isinstance(f, keras3_mwms._AfterImport) for f in sys.meta_path)
+
+
+def test_arm_refuses_an_old_keras_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer = trainer_module(tmp_path, BUGGY, "loaded_trainer")
+    monkeypatch.setattr(keras3_mwms, "TRAINER", "loaded_trainer")
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "3.4.0")
+    with pytest.raises(SystemExit) as stopped:
+        keras3_mwms.arm()
+    assert stopped.value.code == LaunchError.exit_code
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ctrain: error: Keras 3.4.0 does not all-reduce") and "Fix: " in line
+    assert trainer.reduce_per_replica.__module__ == "loaded_trainer"  # left as it was
