@@ -40,6 +40,9 @@ ONE_NODE_JOB_MODES = tuple(mode.value for mode in ONE_PROCESS)
 COLLECTIVES = ("nccl", "ring")
 COLLECTIVE_CHOICES = (AUTO, *COLLECTIVES)
 
+KERAS_2, KERAS_3 = "2", "3"  # CTRAIN_KERAS: tf-keras or Keras 3 (auto: launch.plan.legacy_keras)
+KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
+
 BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
 BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
 
