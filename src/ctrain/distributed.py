@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -27,15 +28,17 @@ from typing import Any
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.plan import LaunchOptions, make_plan
+from ctrain.launch.plan import LEGACY_KERAS, LaunchOptions, make_plan, tf_keras_chosen
+from ctrain.launch.start import script_imports_keras
 from ctrain.names import Launched as Launched
 from ctrain.names import Mode
 from ctrain.settings import resolve
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 
 
-def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
-    """Make the launch plan here when the script was started without ``ctrain launch``."""
+def prepare_environ(environ: MutableMapping[str, str], script: str | None = None) -> Launched:
+    """Make the launch plan here when the script was started without ``ctrain launch``;
+    ``script``, the training script, decides the Keras as ``ctrain launch`` would."""
     found = Launched.from_env(environ)
     if found is not None:
         return found
@@ -43,7 +46,8 @@ def prepare_environ(environ: MutableMapping[str, str]) -> Launched:
     from ctrain.launch.gpus import visible_gpus
 
     options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))
-    plan = make_plan(job, options, environ, visible_gpus(job, environ))
+    keras3 = script_imports_keras([script] if script else [])
+    plan = make_plan(job, options, environ, visible_gpus(job, environ), keras3)
     for name in plan.env_unset:
         environ.pop(name, None)
     environ.update(plan.env_set)
@@ -59,6 +63,7 @@ class Context:
     placement: Launched
     strategy: Any  # tf.distribute.Strategy, or None under Horovod
     hvd: Any = None  # horovod.tensorflow.keras under Horovod
+    keras3: bool = False  # the script runs on Keras 3, not tf-keras (TF_USE_LEGACY_KERAS)
     _preemption: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -111,8 +116,15 @@ class Context:
         return contextlib.nullcontext() if self.strategy is None else self.strategy.scope()
 
     def optimizer(self, opt: Any) -> Any:
-        """Horovod's DistributedOptimizer under Horovod; ``opt`` itself otherwise."""
-        return opt if self.hvd is None else self.hvd.DistributedOptimizer(opt)
+        """Under Horovod, ``opt`` averaging gradients over the ranks (Horovod's
+        DistributedOptimizer for tf-keras, ctrain's for Keras 3); ``opt`` itself otherwise."""
+        if self.hvd is None:
+            return opt
+        from ctrain.train import keras3_horovod
+
+        if keras3_horovod.is_keras3_optimizer(opt):
+            return keras3_horovod.distributed_optimizer(opt)
+        return self.hvd.DistributedOptimizer(opt)
 
     def shard(self, dataset: Any) -> Any:
         """Each process's share of ``dataset``; call it before shuffling and batching.
@@ -140,10 +152,13 @@ class Context:
 
         found: list[Any] = []
         if self.hvd is not None:
-            found += [
-                callbacks.BroadcastInitialWeights(self.hvd),
-                callbacks.AverageMetrics(self.hvd),
-            ]
+            if self.keras3:
+                from ctrain.train.keras3_callbacks import BroadcastInitialWeights
+
+                found.append(BroadcastInitialWeights(self.hvd))
+            else:
+                found.append(callbacks.BroadcastInitialWeights(self.hvd))
+            found.append(callbacks.AverageMetrics(self.hvd))
         if warmup_epochs > 0 and self.replicas > 1:
             found.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
         return found
@@ -275,7 +290,12 @@ def _horovod(placed: Launched, environ: Mapping[str, str]) -> Any:
 def init(environ: MutableMapping[str, str] | None = None) -> Context:
     """Set up this process for its mode and return its training context."""
     env = os.environ if environ is None else environ
-    placed = prepare_environ(env)
+    placed = prepare_environ(env, sys.argv[0])
+    keras3 = not tf_keras_chosen(env.get(LEGACY_KERAS))
+    if placed.mode is Mode.MULTIWORKER and keras3:
+        from ctrain.train import keras3_mwms
+
+        keras3_mwms.arm()
     if placed.mode is Mode.HOROVOD:
-        return Context(placed, strategy=None, hvd=_horovod(placed, env))
-    return Context(placed, strategy=_tf_strategy(placed))
+        return Context(placed, strategy=None, hvd=_horovod(placed, env), keras3=keras3)
+    return Context(placed, strategy=_tf_strategy(placed), keras3=keras3)

@@ -40,6 +40,9 @@ ONE_NODE_JOB_MODES = tuple(mode.value for mode in ONE_PROCESS)
 COLLECTIVES = ("nccl", "ring")
 COLLECTIVE_CHOICES = (AUTO, *COLLECTIVES)
 
+KERAS_2, KERAS_3 = "2", "3"  # CTRAIN_KERAS: tf-keras or Keras 3 (auto: launch.plan.legacy_keras)
+KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
+
 BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
 BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
 
@@ -57,10 +60,10 @@ RUNTIME_CHOICES = (AUTO, *RUNTIMES)
 Operation = Literal["pull", "exec", "build"]
 _EVERY: frozenset[Operation] = frozenset(("pull", "exec", "build"))
 
-# SCHEME:// references apptainer and singularity fetch themselves, and the ctrain operations that
-# accept each (anything else is a local file). Apptainer builds from no web address.
+# SCHEME://... references apptainer and singularity fetch themselves, and the ctrain operations
+# that accept each (anything else is a local file). Apptainer builds from no web address.
 # docker-archive: only build is known to take the `://` form; pull and exec parse the one-colon
-# form `docker-archive:PATH` (apptainer-facts), which ctrain does not accept yet (issue 11).
+# form `docker-archive:PATH` (apptainer-facts), which ctrain does not accept yet.
 SCHEMES: dict[str, frozenset[Operation]] = {
     "docker": _EVERY,
     "docker-daemon": _EVERY,
@@ -71,6 +74,10 @@ SCHEMES: dict[str, frozenset[Operation]] = {
     "http": frozenset(("pull", "exec")),
     "https": frozenset(("pull", "exec")),
 }
+# Schemes whose references apptainer's pull, exec and run take only as SCHEME:REST (one colon;
+# `docker-daemon://` is "invalid reference format" there), while its build takes both forms.
+# ctrain accepts both forms everywhere and hands each operation the form it takes.
+ONE_COLON = ("docker-daemon",)
 ENGINE_SCHEME = "docker"  # the one scheme docker and podman accept, and strip
 
 
@@ -79,10 +86,28 @@ def schemes(operation: Operation) -> tuple[str, ...]:
     return tuple(scheme for scheme, accepted in SCHEMES.items() if operation in accepted)
 
 
+def split_reference(reference: str) -> tuple[str, str] | None:
+    """``(scheme, rest)`` of ``SCHEME://REST`` (or ``SCHEME:REST`` for ONE_COLON), else None."""
+    scheme, sep, rest = reference.partition("://")
+    if sep:
+        return scheme, rest
+    scheme, sep, rest = reference.partition(":")
+    return (scheme, rest) if sep and scheme in ONE_COLON else None
+
+
 def is_remote(reference: str, operation: Operation) -> bool:
-    """Whether ``reference`` is ``SCHEME://...`` with a scheme ``operation`` accepts."""
-    scheme, sep, _ = reference.partition("://")
-    return bool(sep) and operation in SCHEMES.get(scheme, frozenset())
+    """Whether ``reference`` names a remote image with a scheme ``operation`` accepts."""
+    split = split_reference(reference)
+    return split is not None and operation in SCHEMES.get(split[0], frozenset())
+
+
+def runtime_reference(reference: str, operation: Operation) -> str:
+    """``reference`` in the form apptainer's ``operation`` takes: ``docker-daemon://NAME:TAG``
+    becomes ``docker-daemon:NAME:TAG`` for pull and exec (and run, shell); build keeps it."""
+    split = split_reference(reference)
+    if split is None or split[0] not in ONE_COLON or operation == "build":
+        return reference
+    return f"{split[0]}:{split[1]}"
 
 
 # ---- what ctrain launch hands the training script -------------------------------------------

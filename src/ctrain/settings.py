@@ -17,6 +17,7 @@ from ctrain.names import (
     AUTO,
     BENCH_LAUNCHER_CHOICES,
     COLLECTIVE_CHOICES,
+    KERAS_CHOICES,
     MODE_CHOICES,
     RUNTIME_CHOICES,
 )
@@ -87,11 +88,19 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting("nv", False, "give the container the task's NVIDIA GPUs", _flag),
     Setting("overlay", None, "overlay image FILE[:ro] (apptainer, singularity)", _text),
     Setting("env_file", None, "file of NAME=VALUE lines for the container", _text),
+    Setting("cwd", None, "working directory in the container (default: where ctrain runs)", _text),
     Setting("launch", True, "run the command through the image's ctrain launch", _flag),
     Setting("dry_run", False, "print the command and its environment, run nothing", _flag),
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),
+    Setting(
+        "keras",
+        AUTO,
+        "Keras the script runs on: 2 (tf-keras, TF_USE_LEGACY_KERAS=1) or 3; "
+        "auto: 3 if the script imports keras itself",
+        _choice(*KERAS_CHOICES),
+    ),
     Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
 )
 

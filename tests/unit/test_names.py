@@ -13,7 +13,15 @@ from ctrain.images.build import BuildRequest, check_request
 from ctrain.images.pull import check_ref
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
-from ctrain.names import JOB_MODES, Launched, Mode, Operation, is_remote, schemes
+from ctrain.names import (
+    JOB_MODES,
+    Launched,
+    Mode,
+    Operation,
+    is_remote,
+    runtime_reference,
+    schemes,
+)
 from ctrain.settings import SETTINGS, resolve
 from tests.helpers import REPO
 
@@ -107,7 +115,7 @@ def test_each_operation_follows_the_table(
     ref = f"{scheme}://example.org/ctrain:1"
     if operation == "pull":
         if accepted:
-            assert check_ref(ref, "apptainer") == ref
+            assert check_ref(ref, "apptainer") == runtime_reference(ref, "pull")
         else:
             with pytest.raises(ConfigError, match="cannot pull"):
                 check_ref(ref, "apptainer")

@@ -31,6 +31,7 @@ def common(func: Any) -> Any:
         setting_option("overlay"),
         click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the container."),
         setting_option("env_file"),
+        setting_option("cwd"),
         setting_option("cache_dir"),
         setting_option("allow_home_cache", is_flag=True, flag_value="true"),
         setting_option("dry_run", is_flag=True, flag_value="true"),
@@ -50,7 +51,7 @@ def _run(
 ) -> None:
     import shlex
 
-    from ctrain.container import planner
+    from ctrain.container import planner, runtimes
 
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
@@ -65,9 +66,7 @@ def _run(
     planned = plan()
     invocation = planned.invocation
     if s["dry_run"].value:
-        click.echo(shlex.join(invocation.argv))
-        for key, value in sorted(invocation.added.items()):
-            click.echo(f"  env {key}={shlex.quote(value)}")
+        click.echo("\n".join(runtimes.describe(invocation, os.environ)))
         pending = planned.image.pull
         if pending is not None:
             click.echo(

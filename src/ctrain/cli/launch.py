@@ -8,7 +8,7 @@ import os
 import click
 
 from ctrain.cli._options import setting_option, settings_from
-from ctrain.names import COLLECTIVE_CHOICES, MODE_CHOICES
+from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -18,6 +18,7 @@ from ctrain.names import COLLECTIVE_CHOICES, MODE_CHOICES
 @setting_option("port_base")
 @setting_option("keep_proxies", is_flag=True, flag_value="true")
 @setting_option("quiet", is_flag=True, flag_value="true")
+@setting_option("keras", type=click.Choice(KERAS_CHOICES))
 @click.option("--explain", is_flag=True, help="Print the plan for this rank and run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -31,7 +32,7 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
 
     s = settings_from(flags)
     options = LaunchOptions.from_settings(s)
-    plan = start.prepare(options, os.environ)
+    plan = start.prepare(options, os.environ, command)
     if explain:
         click.echo(start.explain(plan, as_json))
         return

@@ -1,18 +1,29 @@
 """Apptainer and SingularityCE: pure argv and environment builders.
 
 The container starts with ``--cleanenv`` (no host PYTHONPATH, LD_LIBRARY_PATH, ...); the chosen
-variables travel as ``APPTAINERENV_NAME`` (``SINGULARITYENV_`` for singularity), which carries
-any value, commas and newlines included, unlike ``--env A=1,B=2``.
+variables travel as ``APPTAINERENV_NAME`` (``SINGULARITYENV_`` for SingularityCE), which carries
+any value, commas and newlines included, unlike ``--env A=1,B=2``. Apptainer writes each one
+into a shell script it sources at start; ``--no-eval`` (Apptainer >= 1.1, SingularityCE >= 3.10)
+makes it quote them so they arrive verbatim. Without it, ``$``, backticks and backslashes would
+be interpreted, so such values are refused. The container starts in the host's working
+directory by itself (falling back to $HOME with a warning); ``--cwd`` only when asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from ctrain.container.spec import Bind, RunSpec
+from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
-from ctrain.names import is_remote
+from ctrain.names import is_remote, runtime_reference
+
+NO_EVAL: Final = "--no-eval"
+# What the shell interprets inside double quotes (a trailing backslash breaks the script).
+_EVALUATED = ("$", "`", "\\")
 
 
 def _bind(bind: Bind) -> str:
@@ -25,16 +36,43 @@ def _bind(bind: Bind) -> str:
     return f"{bind.src}:{bind.dst}:{bind.mode}"
 
 
+def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
+    """Without --no-eval, a value with ``$``, a backtick or a backslash would not arrive as is."""
+    for key, value in sorted(env.items()):
+        if any(char in value for char in _EVALUATED):
+            raise SpecError(
+                f"{key}={value!r} would be shell-evaluated by {version.text}, which has no "
+                f"{NO_EVAL} (values with $, ` or \\ do not arrive as given)",
+                "use Apptainer >= 1.1 or SingularityCE >= 3.10 (module load apptainer), "
+                "or pass the value in a file (--bind) instead",
+            )
+
+
 @dataclass(frozen=True)
 class Apptainer:
     name: str = "apptainer"
+    version: RuntimeVersion | None = None  # the installed release, once probed
+
+    def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Apptainer:
+        return dataclasses.replace(self, version=version_of(program))
+
+    def _installed(self) -> RuntimeVersion:
+        if self.version is None:
+            raise AssertionError("Apptainer.argv before probed()")  # a programming error
+        return self.version
 
     @property
     def env_prefix(self) -> str:
-        return "SINGULARITYENV_" if self.name == "singularity" else "APPTAINERENV_"
+        """Apptainer's compatibility ``singularity`` still reads APPTAINERENV_ (each
+        SINGULARITYENV_ variable would print an INFO line per rank)."""
+        if self.name == "singularity" and self._installed().flavour != "apptainer":
+            return "SINGULARITYENV_"
+        return "APPTAINERENV_"
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
         argv = [program, spec.action, "--cleanenv"]
+        if self._installed().has(NO_EVAL):
+            argv.append(NO_EVAL)
         if spec.nv:
             argv.append("--nv")
         for bind in spec.binds:
@@ -43,14 +81,28 @@ class Apptainer:
             suffix = ":ro" if spec.overlay.readonly else ""
             argv += ["--overlay", spec.overlay.path + suffix]
         if spec.workdir is not None:
-            argv += ["--pwd", spec.workdir]
-        argv.append(spec.image)
+            argv += ["--cwd", spec.workdir]
+        argv.append(runtime_reference(spec.image, "exec"))
         return argv + list(spec.command)
 
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
+        version = self._installed()
+        if not version.has(NO_EVAL):
+            refuse_evaluated(spec.env, version)
         env = dict(environ)
         env.update({self.env_prefix + key: value for key, value in spec.env.items()})
         return env
+
+    def notes(self, spec: RunSpec) -> list[str]:
+        """What --dry-run says about this runtime's choices."""
+        version = self._installed()
+        verbatim = f"values verbatim ({NO_EVAL})" if version.has(NO_EVAL) else "checked, no $`\\"
+        found = [f"{version.text}: container variables as {self.env_prefix}NAME, {verbatim}"]
+        image = runtime_reference(spec.image, "exec")
+        if image != spec.image:
+            takes = f"the form {self.name} {spec.action} takes"
+            found.append(f"image {spec.image} given as {image}, {takes}")
+        return found
 
     def image_file(self, image: str) -> str | None:
         """The local file an image reference names, or None for a remote reference."""

@@ -2,7 +2,8 @@
 
 Containers run with the host's network and IPC namespaces (MPI, NCCL and gRPC between ranks),
 ``--init`` so signals reach the command, as the calling user so files written to binds are
-theirs, the working directory bound at the same path, and only the chosen variables passed
+theirs, in the working directory asked for (--cwd), else in ctrain's own, bound at the same
+path, and only the chosen variables passed
 (``-e NAME``, the value read from the client's environment, so no value is ever mangled).
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import Bind, RunSpec
+from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
 from ctrain.names import ENGINE_SCHEME
 
@@ -67,10 +69,10 @@ class Docker:
             argv += ["--user", f"{spec.user[0]}:{spec.user[1]}"]
         argv += self._gpus(spec)
         binds = list(spec.binds)
-        if spec.workdir is not None:
-            if spec.workdir != "/" and not any(b.dst == spec.workdir for b in binds):
-                binds.append(Bind(spec.workdir, spec.workdir))
-            argv += ["--workdir", spec.workdir]
+        unbound = spec.cwd != "/" and not any(b.dst == spec.cwd for b in binds)
+        if spec.workdir is None and unbound:
+            binds.append(Bind(spec.cwd, spec.cwd))
+        argv += ["--workdir", spec.workdir or spec.cwd]
         for bind in binds:
             argv += ["--mount", mount(bind)]
         for key in sorted(spec.env):
@@ -88,6 +90,12 @@ class Docker:
 
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
         return {**environ, **spec.env}
+
+    def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Docker:
+        return self
+
+    def notes(self, spec: RunSpec) -> list[str]:
+        return []
 
     def image_file(self, image: str) -> str | None:
         return None

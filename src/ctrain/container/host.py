@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import ALWAYS, RunSpec
+from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
 
 
@@ -21,6 +22,11 @@ class Host:
             )
         if spec.overlay is not None:
             raise SpecError("--overlay needs apptainer or singularity", "drop --overlay")
+        if spec.workdir is not None:
+            raise SpecError(
+                "--cwd needs a container; the host runtime runs where ctrain runs",
+                "cd to the directory first and drop --cwd (and CTRAIN_CWD)",
+            )
         if spec.action == "shell":
             return ["/bin/bash"] if not spec.command else list(spec.command)
         if spec.action == "run":
@@ -30,6 +36,12 @@ class Host:
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
         """The whole host environment stays (modules, venv); the asked variables are added."""
         return {**environ, **spec.env, **ALWAYS}
+
+    def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Host:
+        return self
+
+    def notes(self, spec: RunSpec) -> list[str]:
+        return []
 
     def image_file(self, image: str) -> str | None:
         return None

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from ctrain.container import versions
 from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import cachedir, resolve
@@ -43,6 +44,7 @@ def plan(
     binds = s["binds"].value
     overlay = s["overlay"].value
     env_file = s["env_file"].value
+    workdir = s["cwd"].value
     request = Request(
         runtime=str(s["runtime"].value),
         action=action,
@@ -55,6 +57,7 @@ def plan(
         env_pairs=env_pairs,
         env_files=(str(env_file),) if env_file else (),
         cwd=os.getcwd(),
+        workdir=str(workdir) if workdir else None,
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
@@ -69,7 +72,15 @@ def plan(
     choice = resolve.choose(request.image, runtime.name, program, s, environ)
     if choice.pull is None:  # else the file is not there yet: planned again after the pull
         request = dataclasses.replace(request, image=choice.image)
-    return Planned(plan_invocation(request, environ, which, gpus, extra), choice)
+    invocation = plan_invocation(
+        request,
+        environ,
+        which,
+        gpus,
+        extra,
+        version_of=lambda program: versions.installed_version(program, environ),
+    )
+    return Planned(invocation, choice)
 
 
 def _hold_overlay_lock(

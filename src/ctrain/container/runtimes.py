@@ -1,7 +1,8 @@
 """Container runtimes behind one interface, and the plan of one ``ctrain exec/run/shell``.
 
-``plan_invocation`` is pure apart from reading --env-file files and checking that paths exist:
-it returns the exact argv and environment; the CLI prints them (--dry-run) or execs them.
+``plan_invocation`` is pure apart from reading --env-file files, checking that paths exist and
+asking the runtime its version (``version_of``): it returns the exact argv and environment; the
+CLI prints them (``describe``, for --dry-run) or execs them.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from ctrain.container.docker import Docker
 from ctrain.container.host import Host
 from ctrain.container.spec import (
     Action,
+    Bind,
     RunSpec,
     check_paths,
     container_env,
+    job_tmpdir,
     parse_bind,
     parse_env_file,
     parse_env_pair,
     parse_overlay,
     refuse_shared_rw_overlay,
 )
+from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 
@@ -38,6 +42,10 @@ class Runtime(Protocol):
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]: ...
 
     def image_file(self, image: str) -> str | None: ...
+
+    def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Runtime: ...
+
+    def notes(self, spec: RunSpec) -> list[str]: ...
 
 
 RUNTIMES: dict[str, Runtime] = {
@@ -75,7 +83,8 @@ class Request:
     overlay: str | None = None
     env_pairs: tuple[str, ...] = ()
     env_files: tuple[str, ...] = ()
-    cwd: str = "/"
+    cwd: str = "/"  # where ctrain runs
+    workdir: str | None = None  # the working directory asked for in the container (--cwd)
     user: tuple[int, int] | None = None
     tty: bool = False
     python: str = "python3"  # the interpreter that runs ctrain on the host runtime
@@ -88,6 +97,23 @@ class Invocation:
     env: dict[str, str]  # the runtime process's whole environment
     added: dict[str, str]  # what ctrain adds for the container (shown by --dry-run)
     spec: RunSpec
+    notes: tuple[str, ...] = ()  # the runtime's choices, for --dry-run
+    carriers: frozenset[str] = frozenset()  # what carries `added` in env: APPTAINERENV_X, ...
+
+
+def describe(invocation: Invocation, environ: Mapping[str, str]) -> list[str]:
+    """What --dry-run prints: the argv, the runtime's choices, the container's variables, then
+    every other variable the runtime process gets that the host does not have; carriers like
+    APPTAINERENV_NAME are shown once, as ``env NAME``."""
+    import shlex
+
+    lines = [shlex.join(invocation.argv)]
+    lines += [f"  note {note}" for note in invocation.notes]
+    lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(invocation.added.items())]
+    for key, value in sorted(invocation.env.items()):
+        if environ.get(key) != value and key not in invocation.carriers:
+            lines.append(f"  runtime env {key}={shlex.quote(value)}")
+    return lines
 
 
 def _asked_env(request: Request) -> dict[str, str]:
@@ -124,17 +150,22 @@ def plan_invocation(
     which: Callable[[str], str | None],
     gpus: tuple[str, ...] | None,
     extra_binds: Sequence[str] = (),
+    *,
+    version_of: Callable[[str], RuntimeVersion],
 ) -> Invocation:
     """The exact command and environment for one exec, run or shell, checked before launch."""
     runtime, program = choose_runtime(request.runtime, which)
     binds = tuple(parse_bind(text) for text in (*extra_binds, *request.binds))
+    tmpdir = job_tmpdir(environ) if runtime.name != HOST else None
+    if tmpdir is not None and not any(bind.dst == tmpdir for bind in binds):
+        binds = (Bind(tmpdir, tmpdir), *binds)
     overlay = parse_overlay(request.overlay) if request.overlay else None
     refuse_shared_rw_overlay(overlay, environ)
     image = request.image
     if runtime.name != HOST and not image:
         raise SpecError("no image given", "name one (ctrain exec IMAGE -- ...) or set CTRAIN_IMAGE")
     check_paths(binds, overlay, runtime.image_file(image) if image else None)
-    added = container_env(environ, _asked_env(request))
+    added = container_env(environ, _asked_env(request), tmpdir)
     spec = RunSpec(
         image=image,
         action=request.action,
@@ -144,9 +175,13 @@ def plan_invocation(
         binds=binds,
         overlay=overlay,
         env=added,
-        workdir=request.cwd,
+        cwd=request.cwd,
+        workdir=request.workdir,
         user=request.user,
         tty=request.tty,
     )
+    runtime = runtime.probed(program, version_of)  # once the request is known to be sound
     argv = runtime.argv(spec, program)
-    return Invocation(runtime.name, argv, runtime.process_env(spec, environ), added, spec)
+    env = runtime.process_env(spec, environ)
+    notes, carriers = tuple(runtime.notes(spec)), frozenset(runtime.process_env(spec, {}))
+    return Invocation(runtime.name, argv, env, added, spec, notes=notes, carriers=carriers)

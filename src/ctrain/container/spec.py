@@ -1,6 +1,13 @@
 """What a container run asks for, validated: binds, overlay, environment, GPUs.
 
-Parsing is pure; ``check_paths`` is the one place that looks at the filesystem.
+Parsing is pure; ``check_paths`` and ``job_tmpdir`` are the places that look at the filesystem.
+
+What reaches the container, decided on purpose (runtimes that clean the environment, like
+apptainer's ``--cleanenv``, drop everything else): the PASSTHROUGH lists; USER and LOGNAME (a
+container user keeps its name); TMPDIR when it is a directory (Slurm's per-job one), bound at
+the same path. Never: the host's LANG (the image's locale stays unless ``--env LANG=...``) and
+HOST_ONLY paths (the image's CUDA counts inside, so ``ctrain launch`` there derives XLA_FLAGS
+from the image's CUDA_HOME, not from a host path).
 """
 
 from __future__ import annotations
@@ -45,8 +52,11 @@ PASSTHROUGH_NAMES = (
     "OMP_NUM_THREADS",
     "PYTHONUNBUFFERED",
     "TERM",
-    "LANG",
+    "USER",
+    "LOGNAME",
 )
+# Host paths that mean nothing in an image, though their prefix is passed.
+HOST_ONLY_NAMES = ("CUDA_HOME", "CUDA_PATH")
 ALWAYS = {"PYTHONNOUSERSITE": "1"}  # ~/.local packages never shadow the image's
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -74,7 +84,8 @@ class RunSpec:
     binds: tuple[Bind, ...] = ()
     overlay: Overlay | None = None
     env: dict[str, str] = field(default_factory=dict)  # what the container gets set
-    workdir: str | None = None
+    cwd: str = "/"  # where ctrain runs, on the host
+    workdir: str | None = None  # the working directory asked for inside (--cwd)
     user: tuple[int, int] | None = None
     tty: bool = False
 
@@ -132,13 +143,27 @@ def passthrough(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         key: value
         for key, value in environ.items()
-        if key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_NAMES
+        if (key.startswith(PASSTHROUGH_PREFIXES) or key in PASSTHROUGH_NAMES)
+        and key not in HOST_ONLY_NAMES
     }
 
 
-def container_env(environ: Mapping[str, str], asked: Mapping[str, str]) -> dict[str, str]:
-    """Passthrough, then the user's --env/--env-file, then the variables ctrain always sets."""
-    return {**passthrough(environ), **asked, **ALWAYS}
+def job_tmpdir(environ: Mapping[str, str]) -> str | None:
+    """The host's TMPDIR (under Slurm often a per-job directory) when it is an existing
+    absolute directory other than /tmp (which every container has): the container gets it
+    bound at the same path and set."""
+    tmpdir = environ.get("TMPDIR", "")
+    path = PurePosixPath(tmpdir)
+    if not path.is_absolute() or path == PurePosixPath("/tmp") or not Path(tmpdir).is_dir():
+        return None
+    return tmpdir
+
+
+def container_env(
+    environ: Mapping[str, str], asked: Mapping[str, str], tmpdir: str | None
+) -> dict[str, str]:
+    """Passthrough and TMPDIR, then the user's --env/--env-file, then what ctrain always sets."""
+    return {**passthrough(environ), **({"TMPDIR": tmpdir} if tmpdir else {}), **asked, **ALWAYS}
 
 
 def check_paths(binds: Sequence[Bind], overlay: Overlay | None, image_is_file: str | None) -> None:

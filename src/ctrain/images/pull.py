@@ -62,7 +62,9 @@ from ctrain.names import (
     ENGINE_SCHEME,
     SIF_RUNTIMES,
     is_remote,
+    runtime_reference,
     schemes,
+    split_reference,
 )
 from ctrain.util import fs, locks, proc
 
@@ -94,19 +96,20 @@ def check_ref(ref: str, runtime: str) -> str:
             f"image reference {ref!r} contains spaces or control characters",
             "give the reference as the registry shows it, without spaces",
         )
-    scheme, sep, rest = text.partition("://")
     if runtime in SIF_RUNTIMES:
-        if not sep:
+        split = split_reference(text)
+        if split is None:
             raise ConfigError(
                 f"image reference {text!r} has no scheme",
                 f"write docker://{text} (or oras://, library://, https://)",
             )
-        if not is_remote(text, "pull") or not rest:
+        if not is_remote(text, "pull") or not split[1]:
             raise ConfigError(
                 f"{runtime} cannot pull {text!r}",
                 "use one of " + ", ".join(f"{s}://" for s in schemes("pull")),
             )
-        return text
+        return runtime_reference(text, "pull")
+    scheme, sep, rest = text.partition("://")
     if sep:
         if scheme != ENGINE_SCHEME:
             raise ConfigError(

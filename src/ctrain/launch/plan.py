@@ -6,14 +6,16 @@ applies it to an environment. Nothing here reads the process environment or star
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ast
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
-from ctrain.names import AUTO, Launched, Mode
+from ctrain.names import AUTO, KERAS_2, Launched, Mode
 from ctrain.settings import Resolved
+from ctrain.util.shipped import shipped_dir
 
 PROXY_VARIABLES = tuple(
     name
@@ -28,7 +30,6 @@ PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
 # Settings users otherwise set by hand. Each is set only when the environment does not already
 # have it, so a site or a user overrides any of them by exporting it.
 DEFAULTS: dict[str, str] = {
-    "TF_USE_LEGACY_KERAS": "1",  # Keras 3 breaks MultiWorkerMirroredStrategy fit, Horovod callbacks
     "PYTHONNOUSERSITE": "1",  # ~/.local packages never shadow the image's or the venv's
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",  # ranks sharing a node do not grab all GPU memory
     "TF_CPP_MIN_LOG_LEVEL": "1",  # TensorFlow's info lines off, warnings kept
@@ -45,6 +46,7 @@ class LaunchOptions(NamedTuple):
     collective_timeout: int = 600
     port_base: int = 20000
     keep_proxies: bool = False
+    keras: str = AUTO
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Resolved]) -> LaunchOptions:
@@ -54,6 +56,7 @@ class LaunchOptions(NamedTuple):
             collective_timeout=int(str(s["collective_timeout"].value)),
             port_base=int(str(s["port_base"].value)),
             keep_proxies=bool(s["keep_proxies"].value),
+            keras=str(s["keras"].value),
         )
 
 
@@ -92,6 +95,64 @@ class Plan(NamedTuple):
             f"ctrain: mode={self.mode.value} world_size={self.place.size} nodes={nodes} "
             f"gpus/rank={gpus} collective={self.collective} ranks-from={self.place.source}"
         )
+
+
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"  # TensorFlow's switch: tf.keras is tf-keras, not Keras 3
+KERAS3_HOOK = "train/keras3_site"  # package data: the start-up hook of Keras 3 multiworker runs
+
+
+def script_of(command: Sequence[str]) -> str | None:
+    """The training script of a command: its first argument ending in ``.py``."""
+    return next((arg for arg in command if arg.endswith(".py")), None)
+
+
+def imports_keras(source: str) -> bool:
+    """Whether Python ``source`` imports ``keras`` itself (``import keras``, ``from keras...``),
+    rather than through ``tf.keras``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name == "keras" or name.startswith("keras.") for name in names):
+            return True
+    return False
+
+
+def tf_keras_chosen(exported: str | None) -> bool:
+    """TensorFlow's reading of TF_USE_LEGACY_KERAS: is ``tf.keras`` tf-keras?"""
+    return exported in ("1", "true", "True")
+
+
+def legacy_keras(choice: str, script_imports_keras: bool, exported: str | None) -> bool:
+    """Whether the script runs on tf-keras (TF_USE_LEGACY_KERAS=1) rather than Keras 3.
+
+    CTRAIN_KERAS=2 or 3 decides. With auto, an exported TF_USE_LEGACY_KERAS is kept (read as
+    TensorFlow reads it); else Keras 3 exactly when the script imports keras itself.
+    """
+    if choice != AUTO:
+        return choice == KERAS_2
+    if exported is not None:
+        return tf_keras_chosen(exported)
+    return not script_imports_keras
+
+
+def _keras_environment(
+    environ: Mapping[str, str], choice: str, script_imports_keras: bool, mode: Mode
+) -> dict[str, str]:
+    exported = environ.get(LEGACY_KERAS)
+    legacy = legacy_keras(choice, script_imports_keras, exported)
+    env = {} if choice == AUTO and exported is not None else {LEGACY_KERAS: "1" if legacy else "0"}
+    if mode is Mode.MULTIWORKER and not legacy:
+        path = [str(shipped_dir(KERAS3_HOOK)), environ.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = ":".join(part for part in path if part)
+    return env
 
 
 def worker_hosts(
@@ -195,8 +256,10 @@ def _environment(
     tf_config: dict[str, Any] | None,
     hosts: tuple[str, ...],
     cpus_per_task: int | None,
+    script_imports_keras: bool,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
+    env.update(_keras_environment(environ, options.keras, script_imports_keras, mode))
     launched = Launched(
         mode,
         place.rank,
@@ -234,10 +297,12 @@ def make_plan(
     options: LaunchOptions,
     environ: Mapping[str, str],
     visible_gpus: tuple[str, ...],
+    script_imports_keras: bool = False,
 ) -> Plan:
     """Everything this rank needs before the training command starts.
 
-    ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected).
+    ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected);
+    ``script_imports_keras``: the training script imports ``keras`` itself (``imports_keras``).
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
@@ -273,7 +338,16 @@ def make_plan(
         collective = "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
     env_set, env_unset = _environment(
-        environ, options, mode, place, pinned, collective, tf_config, hosts, slurm.cpus_per_task
+        environ,
+        options,
+        mode,
+        place,
+        pinned,
+        collective,
+        tf_config,
+        hosts,
+        slurm.cpus_per_task,
+        script_imports_keras,
     )
     return Plan(mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset)
 

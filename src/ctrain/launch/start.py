@@ -14,7 +14,14 @@ from typing import NoReturn
 from ctrain.errors import LaunchError
 from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
+from ctrain.launch.plan import (
+    LaunchOptions,
+    Plan,
+    child_environ,
+    imports_keras,
+    make_plan,
+    script_of,
+)
 from ctrain.names import Mode
 from ctrain.util import proc
 
@@ -42,10 +49,25 @@ def _check_port_free(port: int) -> None:
             ) from exc
 
 
-def prepare(options: LaunchOptions, environ: Mapping[str, str]) -> Plan:
-    """The plan for this process, from its real environment."""
+def script_imports_keras(command: Sequence[str]) -> bool:
+    """Whether the command's training script (if it names one that is readable) imports keras."""
+    script = script_of(command)
+    if script is None:
+        return False
+    try:
+        with open(script, encoding="utf-8", errors="replace") as file:
+            return imports_keras(file.read())
+    except OSError:
+        return False
+
+
+def prepare(
+    options: LaunchOptions, environ: Mapping[str, str], command: Sequence[str] = ()
+) -> Plan:
+    """The plan for this process, from its real environment and the command it will run."""
     job = JobEnv.from_environ(environ, os.uname().nodename)
-    plan = make_plan(job, options, environ, visible_gpus(job, environ))
+    gpus = visible_gpus(job, environ)
+    plan = make_plan(job, options, environ, gpus, script_imports_keras(command))
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
     return plan

@@ -17,10 +17,10 @@ from tests import fake_apptainer
 
 @pytest.fixture
 def environ(tmp_path: Path) -> dict[str, str]:
-    """A PATH with an (unrun) apptainer, a HOME, and no cache configured."""
+    """A PATH with an apptainer that only tells its version, a HOME, and no cache configured."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "apptainer").write_text("#!/bin/sh\nexit 99\n")
+    (bin_dir / "apptainer").write_text("#!/bin/sh\necho 'apptainer version 1.4.5'\n")
     (bin_dir / "apptainer").chmod(0o755)
     return {
         "PATH": str(bin_dir),

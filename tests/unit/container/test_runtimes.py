@@ -18,6 +18,7 @@ import pytest
 from ctrain.container.docker import mount
 from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Bind, parse_bind, parse_env_file
+from ctrain.container.versions import RuntimeVersion, parse_version
 from ctrain.errors import CtrainError, SpecError
 from tests.helpers import REPO
 
@@ -36,11 +37,20 @@ HOST_ENV = {
     "CUDA_VISIBLE_DEVICES": "2,3",
     "CTRAIN_MODE": "auto",
     "TF_CLI_CONFIG_FILE": "/terraform/is/not/tensorflow",
+    "USER": "u",
+    "LANG": "de_DE.UTF-8",  # the image's locale stays
+    "CUDA_HOME": "/opt/host-cuda",  # a host path: the image's CUDA counts inside
 }
 
 
 def which(name: str) -> str:
     return f"/usr/bin/{name}"
+
+
+def version_of(program: str) -> RuntimeVersion:
+    """The releases the stand-in reports by default (tests/fake_apptainer.py)."""
+    flavour = "singularity-ce version 4.5.1" if program.endswith("singularity") else ""
+    return parse_version(flavour or "apptainer version 1.4.5", program)
 
 
 def combos() -> list[tuple[str, str, bool, bool, str | None]]:
@@ -73,7 +83,7 @@ def outcome(
         python="/venv/bin/python",
     )
     try:
-        invocation = plan_invocation(request, HOST_ENV, which, ("2", "3"))
+        invocation = plan_invocation(request, HOST_ENV, which, ("2", "3"), version_of=version_of)
     except CtrainError as exc:
         return {"error": exc.message.replace(str(tmp), "TMP")}
     added_to_process = {k: v for k, v in invocation.env.items() if HOST_ENV.get(k) != v}
@@ -132,7 +142,7 @@ def test_apptainer_keeps_weird_paths_as_one_argument(tmp_path: Path, path: str) 
         binds=(f"{src}:/data:ro",),
         launch=False,
     )
-    argv = plan_invocation(request, {}, which, None).argv
+    argv = plan_invocation(request, {}, which, None, version_of=version_of).argv
     assert f"{src}:/data:ro" in argv
 
 
@@ -142,7 +152,7 @@ def test_apptainer_refuses_colons_in_bind_paths(tmp_path: Path) -> None:
     (tmp_path / "i.sif").write_bytes(b"")
     request = Request("apptainer", "exec", str(tmp_path / "i.sif"), ("true",), binds=(str(src),))
     with pytest.raises(SpecError, match="cannot express"):
-        plan_invocation(request, {}, which, None)
+        plan_invocation(request, {}, which, None, version_of=version_of)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +194,7 @@ def test_missing_paths_are_refused_before_launch(tmp_path: Path) -> None:
         (Request("apptainer", "exec", str(tmp_path / "missing.sif"), ("x",)), "image"),
     ]:
         with pytest.raises(SpecError, match=words):
-            plan_invocation(request, {}, which, None)
+            plan_invocation(request, {}, which, None, version_of=version_of)
 
 
 def test_read_write_overlay_in_a_multi_task_step_is_refused(tmp_path: Path) -> None:
@@ -193,9 +203,21 @@ def test_read_write_overlay_in_a_multi_task_step_is_refused(tmp_path: Path) -> N
     base = dict(runtime="apptainer", action="exec", image=str(tmp_path / "i.sif"), command=("x",))
     step = {"SLURM_STEP_NUM_TASKS": "8"}
     with pytest.raises(SpecError, match="8 tasks") as caught:
-        plan_invocation(Request(**base, overlay=str(tmp_path / "o.img")), step, which, None)  # type: ignore[arg-type]
+        plan_invocation(
+            Request(**base, overlay=str(tmp_path / "o.img")),
+            step,
+            which,
+            None,
+            version_of=version_of,
+        )  # type: ignore[arg-type]
     assert ":ro" in caught.value.fix
-    plan_invocation(Request(**base, overlay=f"{tmp_path / 'o.img'}:ro"), step, which, None)  # type: ignore[arg-type]
+    plan_invocation(
+        Request(**base, overlay=f"{tmp_path / 'o.img'}:ro"),
+        step,
+        which,
+        None,
+        version_of=version_of,
+    )  # type: ignore[arg-type]
 
 
 def test_env_file() -> None:
@@ -248,7 +270,9 @@ def test_launcher_variables_reach_the_container(files: Path, runtime: str) -> No
     """Apptainer gets each as <PREFIX>NAME=value (--cleanenv drops the rest); Docker and Podman
     get `-e NAME` and read the value from their own environment."""
     request = Request(runtime, "exec", str(files / "img.sif"), ("python", "t.py"), launch=False)
-    invocation = plan_invocation(request, {"PATH": "/usr/bin", **RANK_ENV}, which, None)
+    invocation = plan_invocation(
+        request, {"PATH": "/usr/bin", **RANK_ENV}, which, None, version_of=version_of
+    )
     if runtime in ("apptainer", "singularity"):
         prefix = "SINGULARITYENV_" if runtime == "singularity" else "APPTAINERENV_"
         assert "--cleanenv" in invocation.argv
