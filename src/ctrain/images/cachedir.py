@@ -1,9 +1,8 @@
 """Where Apptainer keeps its image cache and temporary files: never $HOME unless asked.
 
-``resolve_cache_dir`` is the one place the cache directory is decided (``lock_dir`` is inside
-it): a pure decision over the resolved settings, the environment passed in and an injected
-``exists``. ``ensure_dirs`` is the small function that touches the filesystem (free space:
-``ctrain.util.fs``).
+``resolve_cache_dir`` is the one place the cache directory is decided: a pure decision over
+the resolved settings, the environment passed in and an injected ``exists``. ``ensure_dirs``
+is the small function that touches the filesystem (free space: ``ctrain.util.fs``).
 """
 
 from __future__ import annotations
@@ -129,12 +128,6 @@ def resolve_cache_dir(
         "no directory for the Apptainer cache outside $HOME; tried: " + "; ".join(tried),
         NO_CACHE_FIX,
     )
-
-
-def lock_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
-    """Where a lock goes when the directory of what it locks is read-only: ``locks/`` in the
-    cache directory (under $HOME too: a lock file holds one line)."""
-    return resolve_cache_dir(s, environ, accept_home=True).path / "locks"
 
 
 def apptainer_env(choice: CacheChoice) -> dict[str, str]:
