@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError
 from ctrain.settings import Resolved
+from ctrain.util import fs
 
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")
 SCRATCH_ENVS = ("SCRATCH", "WORK")
@@ -139,6 +140,32 @@ def apptainer_env(choice: CacheChoice) -> dict[str, str]:
         "SINGULARITY_CACHEDIR": cache,
         "SINGULARITY_TMPDIR": tmp,
     }
+
+
+def build_tmpdir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+    """Where ``apptainer pull`` and ``build`` unpack layers and make squashfs (their
+    ``build-temp-*``): the ``build_tmpdir`` setting, else the node-local $TMPDIR, else /tmp;
+    never the cache's (often parallel) filesystem by default, where fakeroot builds fail."""
+    given = str(s["build_tmpdir"].value or "").strip()
+    return Path(given) if given else node_local_tmp(environ)
+
+
+def node_local_tmp(environ: Mapping[str, str]) -> Path:
+    """$TMPDIR (Slurm's per-job directory on the node), else /tmp."""
+    return Path(_value(environ, "TMPDIR") or "/tmp")
+
+
+def tmpdir_env(tmpdir: Path) -> dict[str, str]:
+    """``tmpdir`` for Apptainer and for SingularityCE (the same value: no mismatch warning)."""
+    return {"APPTAINER_TMPDIR": str(tmpdir), "SINGULARITY_TMPDIR": str(tmpdir)}
+
+
+def check_tmpdir(tmpdir: Path, min_free_gb: int) -> None:
+    """The build temporary directory exists and has ``min_free_gb`` GiB free."""
+    fix = "create it, or choose another with --tmpdir (CTRAIN_BUILD_TMPDIR)"
+    if not tmpdir.is_dir():
+        raise ConfigError(f"temporary directory {tmpdir} does not exist", fix)
+    fs.check_free(tmpdir, min_free_gb, fix)
 
 
 def ensure_dirs(choice: CacheChoice) -> None:

@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,7 @@ from ctrain.util import fs, locks, proc
 
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
+TAIL_LINES = 40  # of apptainer pull's output, kept for the error message
 TEMP_TAG = "pull"  # temporary files are .<name>.pull-<token>
 
 _ENGINE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
@@ -239,8 +241,11 @@ def pull(
     environ: Mapping[str, str],
     min_free_gb: int,
     say: Callable[[str], None],
+    *,
+    tmpdir: Path | None = None,
 ) -> PullResult:
-    """Run the pull ``plan``; progress goes to ``say``."""
+    """Run the pull ``plan``; progress goes to ``say``. ``tmpdir``: apptainer's temporary space
+    (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -260,9 +265,11 @@ def pull(
         if action == "reuse" and sidecar is not None:
             return PullResult(str(target), False, sidecar, reason)
         fs.check_free(target.parent, min_free_gb)
-        fs.check_free(cache.tmp, min_free_gb)
+        temp_space = tmpdir or cachedir.node_local_tmp(environ)
+        cachedir.check_tmpdir(temp_space, min_free_gb)
+        env = {**environ, **cachedir.apptainer_env(cache), **cachedir.tmpdir_env(temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
-        return _pull_sif(plan, target, {**environ, **cachedir.apptainer_env(cache)}, reason)
+        return _pull_sif(plan, target, env, reason)
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
@@ -297,13 +304,20 @@ def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str)
 def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
     """Pull into ``temp`` and check the result; its size in bytes."""
     untouched = "the previous image is untouched"
-    proc.check(
-        sif_pull_argv(plan.program, temp, plan.ref, plan.force),
-        env,
-        PULL_TIMEOUT,
-        what=f"{plan.runtime} pull {plan.ref}",
-        fix=f"check the reference, the network and the registry login; {untouched}",
+    said: deque[str] = deque(maxlen=TAIL_LINES)
+    code, stopped = proc.stream_forwarding(
+        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, said.append
     )
+    if stopped is not None:
+        raise Interrupted(
+            f"pull stopped by {stopped}; {untouched}", "run the same ctrain pull again"
+        )
+    if code != 0:
+        raise ExternalToolError(
+            f"{plan.runtime} pull {plan.ref} failed: "
+            + (proc.last_line("".join(said)) or f"exit code {code}"),
+            f"check the reference, the network and the registry login; {untouched}",
+        )
     problem = check_sif(temp)
     if problem:
         raise ExternalToolError(

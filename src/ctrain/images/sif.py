@@ -42,7 +42,8 @@ def lock_of(target: Path) -> Path:
 
 
 def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
-    return [program, "pull", *(["--force"] if force else []), str(temp), ref]
+    """Straight into ``temp``, not through Apptainer's cache: the image is stored once."""
+    return [program, "pull", "--disable-cache", *(["--force"] if force else []), str(temp), ref]
 
 
 def sif_inspect_argv(program: str, path: Path) -> list[str]:

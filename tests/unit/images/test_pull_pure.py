@@ -100,10 +100,10 @@ def test_companion_paths() -> None:
 def test_sif_argv_round_trips_any_path(name: str) -> None:
     temp = Path("/d") / name / ".x.sif.pull-1"
     assert sif.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
-        "apptainer", "pull", str(temp), "docker://a/b:1",
+        "apptainer", "pull", "--disable-cache", str(temp), "docker://a/b:1",
     ]  # fmt: skip
     assert sif.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
-        "/opt/singularity", "pull", "--force", str(temp), "oras://a/b:1",
+        "/opt/singularity", "pull", "--disable-cache", "--force", str(temp), "oras://a/b:1",
     ]  # fmt: skip
     assert sif.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
 
