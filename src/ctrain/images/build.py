@@ -12,6 +12,7 @@ to remove it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections.abc import Mapping
@@ -178,7 +179,8 @@ def build(
     env.update(cachedir.tmpdir_env(temp_space))
     target = Path(request.target)
     fs.check_free(target.parent, min_free_gb)
-    with fs.atomic(target, fs.temp_beside(target, "build")) as temp:
+    in_use = cachedir.in_use(cache) if cache is not None else contextlib.nullcontext()
+    with in_use, fs.atomic(target, fs.temp_beside(target, "build")) as temp:
         _run(sif_build_argv(request, temp), env, request.runtime, request.target)
         problem = check_sif(temp)
         if problem is not None:

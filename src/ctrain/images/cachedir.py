@@ -7,19 +7,24 @@ is the small function that touches the filesystem (free space: ``ctrain.util.fs`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
 from ctrain.settings import Resolved
-from ctrain.util import fs
+from ctrain.util import fs, locks
 
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")
 SCRATCH_ENVS = ("SCRATCH", "WORK")
 HOME_DEFAULT = Path(".apptainer") / "cache"
 """Apptainer's own default, relative to $HOME: only with --allow-home-cache."""
 NO_CACHE_FIX = "set CTRAIN_CACHE_DIR to a directory on scratch, or pass --allow-home-cache"
+IN_USE_LOCK = "in-use.lock"
+"""Shared-locked by every pull and build while it uses the cache (``cache clean`` checks it)."""
 
 
 @dataclass(frozen=True)
@@ -182,3 +187,24 @@ def ensure_dirs(choice: CacheChoice) -> None:
                 raise ConfigError(f"{path} exists and is not a directory", NO_CACHE_FIX) from None
         except OSError as exc:
             raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
+
+
+def in_use_lock(root: Path) -> Path:
+    return root / IN_USE_LOCK
+
+
+@contextlib.contextmanager
+def in_use(choice: CacheChoice) -> Iterator[None]:
+    """Hold a shared ``flock`` on ``CACHE/in-use.lock`` while a pull or build uses the cache:
+    ``cache clean`` sees it held (``locks.is_held``) and leaves work in progress alone."""
+    path = in_use_lock(choice.path)
+    try:
+        choice.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = locks.open_lock(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)

@@ -269,7 +269,8 @@ def pull(
         cachedir.check_tmpdir(temp_space, min_free_gb)
         env = {**environ, **cachedir.apptainer_env(cache), **cachedir.tmpdir_env(temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
-        return _pull_sif(plan, target, env, reason)
+        with cachedir.in_use(cache):
+            return _pull_sif(plan, target, env, reason)
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
