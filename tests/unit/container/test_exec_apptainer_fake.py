@@ -1,11 +1,14 @@
-"""`ctrain exec/run/shell` end to end with a fake `apptainer` on PATH that records what it got.
+"""`ctrain exec/run/shell` end to end through the Apptainer stand-in (tests/fake_apptainer.py),
+which runs the command for real: ``ctrain launch`` and the user's command run inside it.
 
 Apptainer cannot be installed on the test machines; this checks the exact argv and environment
-ctrain hands it, the exec (same pid, exit code passed through) and the cache placement.
+ctrain hands it, what the command then gets (its environment, binds, exit code) and the cache
+placement.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -25,11 +28,14 @@ def fake(tmp_path: Path) -> dict[str, str]:
         FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
         SLURM_JOB_ID="7",
         PYTHONPATH="/leak",
+        FAKE_APPTAINER_IMAGE_ENV=json.dumps(fake_apptainer.ctrain_image_env()),
     )
     for name in ("apptainer", "singularity"):
         fake_apptainer.install(box.bin, name)
-    (tmp_path / "img.sif").write_bytes(b"")
+    fake_apptainer.make_sif(tmp_path / "img.sif", fake_apptainer.ctrain_image_env())
     (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "marker").write_text("seen")
+    (tmp_path / "mnt").mkdir()
     return box.env
 
 
@@ -42,22 +48,25 @@ def record(env: dict[str, str]) -> dict[str, object]:
 
 
 def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: Path) -> None:
+    """The argv and variables ctrain hands apptainer, and what the command then sees: the
+    read-only bind (a real bind mount in the stand-in), the variables, its exit code."""
+    mnt = tmp_path / "mnt"
+    check = f'test "$(cat {mnt}/marker)" = seen && ! touch {mnt}/new 2>/dev/null && exit 3'
     done = ctrain(
         [
             "exec",
             "--nv",
             "-B",
-            f"{tmp_path / 'data'}:/data:ro",
+            f"{tmp_path / 'data'}:{mnt}:ro",
             "--env",
             "A=1,2",
             str(tmp_path / "img.sif"),
             "--",
-            "python",
-            "train.py",
-            "--epochs",
-            "3",
+            "sh",
+            "-c",
+            check,
         ],
-        {**fake, "FAKE_APPTAINER_EXIT": "3"},
+        fake,
         tmp_path,
     )
     assert done.returncode == 3, done.stderr  # the command's exit code is ctrain's
@@ -67,17 +76,16 @@ def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: 
         "--cleanenv",
         "--nv",
         "--bind",
-        f"{tmp_path / 'data'}:/data:ro",
+        f"{tmp_path / 'data'}:{mnt}:ro",
         "--pwd",
         str(tmp_path),
         str(tmp_path / "img.sif"),
         "ctrain",
         "launch",
         "--",
-        "python",
-        "train.py",
-        "--epochs",
-        "3",
+        "sh",
+        "-c",
+        check,
     ]
     env = got["env"]
     assert isinstance(env, dict)
@@ -85,11 +93,17 @@ def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: 
     assert env["APPTAINERENV_SLURM_JOB_ID"] == "7"
     assert env["APPTAINERENV_PYTHONNOUSERSITE"] == "1"
     assert "APPTAINERENV_PYTHONPATH" not in env
+    inside = got["container"]["env"]  # type: ignore[index]
+    assert inside["A"] == "1,2" and inside["SLURM_JOB_ID"] == "7"
+    assert inside["PYTHONPATH"] == fake_apptainer.ctrain_image_env()["PYTHONPATH"]  # the image's
+    assert not (tmp_path / "data" / "new").exists()
 
 
 def test_singularity_gets_its_own_prefix(fake: dict[str, str], tmp_path: Path) -> None:
     done = ctrain(
-        ["run", "--runtime", "singularity", str(tmp_path / "img.sif"), "--", "x"], fake, tmp_path
+        ["run", "--runtime", "singularity", str(tmp_path / "img.sif"), "--", "true"],
+        fake,
+        tmp_path,
     )
     assert done.returncode == 0, done.stderr
     got = record(fake)
@@ -99,9 +113,10 @@ def test_singularity_gets_its_own_prefix(fake: dict[str, str], tmp_path: Path) -
         "--pwd",
         str(tmp_path),
         str(tmp_path / "img.sif"),
-        "x",
+        "true",
     ]
     assert "SINGULARITYENV_SLURM_JOB_ID" in got["env"]  # type: ignore[operator]
+    assert got["container"]["env"]["SLURM_JOB_ID"] == "7"  # type: ignore[index]
 
 
 def test_remote_image_cache_is_kept_out_of_home(fake: dict[str, str], tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ class Env:
 
     def calls(self, verb: str | None = None) -> list[dict[str, object]]:
         found = fake_apptainer.calls(self.log)
-        return [c for c in found if verb is None or c["argv"][0] == verb]  # type: ignore[index]
+        return [c for c in found if verb is None or c.get("argv", [None])[0] == verb]  # type: ignore[index]
 
 
 @pytest.fixture
@@ -59,8 +59,7 @@ def fake(tmp_path: Path) -> Env:
 
 
 def content(ref: str) -> bytes:
-    header, body = fake_apptainer.sif_bytes(ref, 65536)
-    return header + body
+    return fake_apptainer.pulled_bytes(ref)
 
 
 def alive(pid: int) -> bool:

@@ -1,0 +1,114 @@
+"""Images on disk: the cache (cache/oci-tmp/<digest>), ``pull`` (facts: "pull"), ``build``
+(facts: "build", "Definition files") and ``inspect``; temporary space ``build-temp-*`` in
+APPTAINER_TMPDIR, removed on exit and on SIGINT/SIGTERM but not on SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from tests.standin import remote
+from tests.standin.cli import parse, values
+from tests.standin.identity import Fatal, Identity, Interrupted
+from tests.standin.sif import Metadata, read_metadata, sif_bytes
+
+Event = Callable[[dict[str, object]], None]
+KINDS = {"docker": "oci-tmp", "oras": "oras", "library": "library", "shub": "shub"}
+
+
+@contextlib.contextmanager
+def build_temp(who: Identity, environ: dict[str, str], given: list[str]) -> Iterator[Path]:
+    parent = given[-1] if given else who.setting(environ, "TMPDIR") or environ.get("TMPDIR")
+    work = Path(tempfile.mkdtemp(prefix="build-temp-", dir=parent or "/tmp"))
+
+    def stop(number: int, _frame: object) -> None:
+        raise Interrupted(f"interrupted by signal {number}")
+
+    previous = [signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for number, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
+            signal.signal(number, handler)
+
+
+def write_slowly(path: Path, head: bytes, body: bytes, environ: dict[str, str]) -> None:
+    """Write an image in 20 steps over FAKE_APPTAINER_DELAY seconds (BAD: not a SIF)."""
+    if environ.get("FAKE_APPTAINER_BAD") == "1":
+        head = b"<html>not an image</html>".ljust(len(head))
+    delay, chunks = float(environ.get("FAKE_APPTAINER_DELAY", "0")), 20
+    step = max(1, len(body) // chunks)
+    with path.open("wb") as handle:
+        handle.write(head)
+        handle.flush()
+        for start in range(0, len(body), step):
+            handle.write(body[start : start + step])
+            handle.flush()
+            time.sleep(delay / chunks)
+
+
+def cache_entry(ref: str, who: Identity, environ: dict[str, str], digest: str) -> Path:
+    kind = KINDS.get(ref.split(":", 1)[0], "net")
+    return remote.cache_dir(who, environ) / kind / digest.split(":")[-1]
+
+
+def cached_image(
+    ref: str, who: Identity, environ: dict[str, str], disable_cache: bool, event: Event
+) -> tuple[Path | None, Metadata]:
+    """(the SIF in the cache, its metadata) of a URI: the registry is asked first (network),
+    then the cache; a miss downloads. With --disable-cache: (None, metadata), nothing kept."""
+    if not ref.startswith(remote.REMOTE):  # docker-daemon:, oci-archive: ... are local
+        return None, {"environment": {"PATH": remote.DEFAULT_PATH}}
+    entry = cache_entry(ref, who, environ, remote.digest_of(ref, environ))
+    if not disable_cache and entry.is_file():
+        return entry, read_metadata(entry)
+    _, metadata = remote.fetch(ref, environ, event)
+    if disable_cache:
+        return None, metadata
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
+    partial = entry.with_name(f".{entry.name}.{os.getpid()}")
+    write_slowly(partial, head, body, environ)
+    partial.rename(entry)
+    return entry, metadata
+
+
+def pull(args: list[str], environ: dict[str, str], who: Identity, event: Event) -> int:
+    flags, rest = parse("pull", args, who)
+    ref = rest[-1]
+    remote.check_reference(ref, "pull")
+    name = values(flags, "--name") or rest[:-1]
+    if not name:
+        base = re.sub(r"^[a-z-]+:/*", "", ref).rsplit("/", 1)[-1]
+        name = [base.replace(":", "_") + ("" if ":" in base else "_latest") + ".sif"]
+    dest = Path(*values(flags, "--dir"), name[-1])
+    if environ.get("FAKE_APPTAINER_FAIL") == "pull":
+        raise Fatal(f"Unable to pull {ref}: manifest unknown")
+    if dest.exists() and not values(flags, "--force", "-F"):
+        raise Fatal(f"Image file already exists: {str(dest)!r} - will not overwrite")
+    disable = bool(values(flags, "--disable-cache")) or who.setting(environ, "DISABLE_CACHE") in (
+        "1",
+        "true",
+        "yes",
+    )
+    with build_temp(who, environ, values(flags, "--tmpdir")):
+        print(f"INFO:    Converting OCI blobs to SIF format ({ref})", file=sys.stderr)
+        entry, metadata = cached_image(ref, who, environ, disable, event)
+        if entry is None:  # straight to DEST
+            head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
+            write_slowly(dest, head, body, environ)
+        else:  # copied from the cache through DEST_DIR/tmp-copy-* and a rename
+            handle, temp = tempfile.mkstemp(prefix="tmp-copy-", dir=dest.parent)
+            os.close(handle)
+            shutil.copyfile(entry, temp)
+            os.replace(temp, dest)
+    return 0

@@ -1,0 +1,50 @@
+"""The stand-in's command dispatch: which program it is, one log line per call, Apptainer's
+FATAL line and exit 255 for its own failures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.standin.identity import Fatal, Identity, Interrupted, identify
+from tests.standin.log import Call
+
+
+def dispatch(argv: list[str], environ: dict[str, str], who: Identity, call: Call) -> int:
+    verb = argv[0] if argv else ""
+    if verb in ("exec", "run", "shell"):
+        from tests.standin.action import action
+
+        return action(verb, argv[1:], environ, who, call)
+    call.write()  # the others log first: a slow pull is visible in the log while it runs
+    if argv in (["--version"], ["version"]):
+        print(who.banner() if verb == "--version" else who.version_text)
+        return 0
+    if argv[:2] == ["overlay", "create"]:
+        from tests.standin.overlay import overlay_create
+
+        return overlay_create(argv[2:], who)
+    if verb == "pull":
+        from tests.standin.images import pull
+
+        return pull(argv[1:], environ, who, call.event)
+    if verb in ("build", "inspect"):
+        from tests.standin import build
+
+        if verb == "inspect":
+            return build.inspect(argv[1:], environ, who)
+        return build.build(argv[1:], environ, who, call.event)
+    raise Fatal(f"unknown command {argv}")
+
+
+def main(argv: list[str], environ: dict[str, str]) -> int:
+    """Run one call as ``argv[0]`` (its base name says apptainer or singularity)."""
+    who = identify(Path(argv[0]).name, environ)
+    call = Call(argv[1:], environ)
+    try:
+        return dispatch(argv[1:], environ, who, call)
+    except (Fatal, Interrupted) as exc:
+        print(f"FATAL:   {exc}", file=sys.stderr)
+        return 255
+    finally:
+        call.write()
