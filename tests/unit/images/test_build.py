@@ -189,6 +189,34 @@ def test_build_args_need_a_release_that_has_them(
 
 
 @pytest.mark.parametrize(
+    ("name", "version", "refused"),
+    [
+        ("apptainer", "1.1.9", True),
+        ("apptainer", "1.2.0", False),
+        ("singularity", "3.11.5", True),
+        ("singularity", "4.0.0", False),
+    ],
+)
+def test_the_stand_in_release_decides_build_args(
+    tmp_path: Path, env: dict[str, str], name: str, version: str, refused: bool
+) -> None:
+    fake_apptainer.install(tmp_path / "bin", name)
+    done = ctrain(
+        tmp_path, env, "ctrain.def", "-o", "out.sif", "--build-arg", "V=2",
+        "--runtime", name, FAKE_APPTAINER_VERSION=version,
+    )  # fmt: skip
+    builds = [
+        c for c in fake_apptainer.calls(tmp_path / "calls.jsonl") if "build" in c.get("argv", [])
+    ]
+    if refused:
+        assert done.returncode == 2 and "has no --build-arg or %arguments" in done.stderr
+        assert builds == []
+    else:
+        assert done.returncode == 0, done.stderr
+        assert len(builds) == 1
+
+
+@pytest.mark.parametrize(
     ("args", "words"),
     [
         (("ctrain.def", "--build-arg", "V=1", "--build-arg", "X=2"), "--build-arg X not used by"),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.util import proc
+from tests import fake_apptainer
 from tests.helpers import sandbox, start_ctrain, wait_for
 
 CLEANS_UP = """#!/bin/sh
@@ -30,11 +31,14 @@ COMMANDS = {
 }
 
 
+@pytest.mark.parametrize("apptainer", ["stand-in", "script"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_stopped_pull_or_build_lets_apptainer_clean_up(
-    tmp_path: Path, command: str, sig: signal.Signals
+    tmp_path: Path, command: str, sig: signal.Signals, apptainer: str
 ) -> None:
+    """The stand-in removes build-temp-* at once; the script takes a second, so ctrain must
+    wait for it."""
     node_tmp = tmp_path / "node-tmp"
     node_tmp.mkdir()
     box = sandbox(
@@ -42,10 +46,15 @@ def test_a_stopped_pull_or_build_lets_apptainer_clean_up(
         CTRAIN_CACHE_DIR=str(tmp_path / "cache"),
         CTRAIN_MIN_FREE_GB="1",
         TMPDIR=str(node_tmp),
+        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
+        FAKE_APPTAINER_DELAY="60",
     )
-    program = box.bin / "apptainer"
-    program.write_text(CLEANS_UP)
-    program.chmod(0o755)
+    if apptainer == "stand-in":
+        fake_apptainer.install(box.bin)
+    else:
+        program = box.bin / "apptainer"
+        program.write_text(CLEANS_UP)
+        program.chmod(0o755)
     running = start_ctrain(*COMMANDS[command], env=box.env, cwd=tmp_path)
     try:
         wait_for(lambda: any(node_tmp.glob("build-temp-*")), "apptainer's build-temp-*", 30)
