@@ -117,7 +117,7 @@ def test_owned_by_the_uid_given(tmp_path: Path) -> None:
     plan = overlay.plan_create(
         str(tmp_path / "o.img"), "64M", None, True, overlay.tool_finder({"PATH": "/usr/bin"})
     )
-    assert plan.method == "e2fsprogs"
+    assert Path(plan.program).name == "mkfs.ext3"
     overlay.create(plan, 1234, 2345, {"PATH": "/usr/bin:/bin"})
     listing = root_listing(tmp_path / "o.img")
     assert listing["upper"][:2] == listing["work"][:2] == listing["."][:2] == (1234, 2345)
