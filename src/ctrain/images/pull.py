@@ -1,11 +1,15 @@
 """``ctrain pull``: check the reference, plan where the image goes, pull it under a lock.
 
-A SIF pull (apptainer, singularity) downloads to ``.<name>.pull-<token>`` next to the target,
+A SIF pull (apptainer, singularity) runs ``<runtime> pull --disable-cache`` into
+``.<name>.pull-<token>`` next to the target (stored once, not also in Apptainer's cache),
 checks the SIF header and ``<runtime> inspect``, then renames over the target (``util.fs``): the
 target never holds a partial file, and a pull killed at any moment leaves the previous one
-intact. The next pull of the same target removes such leftovers. Whether a target is reused,
-pulled again or refused, and the sidecar record written beside it, are ``images.sif``'s; what
-docker's output says is ``images.engine``'s.
+intact. The next pull of the same target removes such leftovers. Apptainer's own temporary
+space is node-local (``cachedir.build_tmpdir``); SIGTERM/SIGINT/SIGHUP are passed to it and
+ctrain waits while it removes its ``build-temp-*`` (``proc.stream_forwarding``). While it
+runs, the pull holds ``cachedir.in_use`` so ``cache clean`` leaves its work alone. Whether a
+target is reused, pulled again or refused, and the sidecar record written beside it, are
+``images.sif``'s; what docker's output says is ``images.engine``'s.
 
 A Docker (or Podman) pull is ``docker pull REF`` and ``docker image inspect REF``; the image lives
 in the engine's store, the sidecar in ``CACHE/docker/``.
