@@ -26,12 +26,13 @@ Modelled (facts file sections in brackets):
   (pflag map rules) double-quoted with only ``"`` escaped, so ``$``, backticks and ``\\`` are
   evaluated and a trailing ``\\`` stops the start, single-quoted with --no-eval; _PATH,
   _PREPEND_PATH, _APPEND_PATH; HOME refused; INFO per SINGULARITYENV_ under Apptainer;
-  --env-file sourced, repeatable from 1.4; APPTAINER_CONTAINER and _NAME set), then execs it (not found: FATAL, 255); cwd = --cwd (fatal if missing)
-  or the host cwd (else $HOME with a WARNING); --bind lists (missing source fatal; a bind the
-  host cannot see, destination differs or read-only, gets a real bind mount inside
-  ``unshare --mount`` when root, else FATAL); --overlay: one writable at most, not with
-  --writable-tmpfs, ext3 checked (dumpe2fs -h), fcntl write lock (rw) or read lock (:ro) held
-  while the command runs; signals forwarded; status = the command's, 128+N for signal N;
+  --env-file sourced, repeatable from 1.4; APPTAINER_CONTAINER and _NAME set), then execs it
+  (not found: FATAL, 255); cwd = --cwd (fatal if missing) or the host cwd (else $HOME with a
+  WARNING); --bind lists (missing source fatal; a bind the host cannot see, destination
+  differs or read-only, gets a real bind mount inside ``unshare --mount`` when root, else
+  FATAL); --overlay: one writable at most, not with --writable-tmpfs, ext3 checked (dumpe2fs
+  -h), fcntl write lock (rw) or read lock (:ro) held while the command runs; signals
+  forwarded; status = the command's, 128+N for signal N;
   run: ENTRYPOINT + (args or CMD); shell: --shell or /bin/sh;
 - [remote IMAGE] docker://127.0.0.1:PORT/ and localhost:PORT/ fetched for real (manifest, then
   config: Env, Entrypoint, Cmd); other registries modelled; the manifest digest is asked for
