@@ -16,14 +16,16 @@ def dispatch(argv: list[str], environ: dict[str, str], who: Identity, call: Call
         from tests.standin.action import action
 
         return action(verb, argv[1:], environ, who, call)
+    if argv[:2] == ["overlay", "create"]:
+        from tests.standin.overlay import overlay_create
+
+        ran: list[list[str]] = []
+        call.line["ran"] = ran  # logged once done
+        return overlay_create(argv[2:], who, ran)
     call.write()  # the others log first: a slow pull is visible in the log while it runs
     if argv in (["--version"], ["version"]):
         print(who.banner() if verb == "--version" else who.version_text)
         return 0
-    if argv[:2] == ["overlay", "create"]:
-        from tests.standin.overlay import overlay_create
-
-        return overlay_create(argv[2:], who)
     if verb == "pull":
         from tests.standin.images import pull
 
@@ -41,9 +43,11 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
     """Run one call as ``argv[0]`` (its base name says apptainer or singularity)."""
     who = identify(Path(argv[0]).name, environ)
     call = Call(argv[1:], environ)
+    for warning in who.conflicts(environ):
+        print(warning, file=sys.stderr)
     try:
         return dispatch(argv[1:], environ, who, call)
-    except (Fatal, Interrupted) as exc:
+    except (Fatal, Interrupted, OSError) as exc:  # Apptainer's own failures: one line, 255
         print(f"FATAL:   {exc}", file=sys.stderr)
         return 255
     finally:
