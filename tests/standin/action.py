@@ -10,17 +10,18 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.standin import remote
 from tests.standin.cli import Flags, given, parse, values
 from tests.standin.environment import start_script
 from tests.standin.identity import Fatal, Identity
-from tests.standin.images import Event, cached_image
 from tests.standin.log import Call
 from tests.standin.overlay import lock_overlays, parse_overlays
-from tests.standin.sif import Metadata, read_metadata
+from tests.standin.sif import Metadata, read_metadata, strings
 
+Event = Callable[[dict[str, object]], None]
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)  # fmt: skip
 
@@ -55,9 +56,9 @@ def mount_script(binds: list[dict[str, object]]) -> list[str]:
         src, dst = str(bind["src"]), str(bind["dst"])
         if not Path(dst).exists():
             raise Fatal(f"stand-in: bind destination {dst} does not exist on this host")
-        lines.append(f"/bin/mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 255")
+        lines.append(f"/usr/bin/mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 255")
         if bind["readonly"]:
-            lines.append(f"/bin/mount -o remount,bind,ro {shlex.quote(dst)} || exit 255")
+            lines.append(f"/usr/bin/mount -o remount,bind,ro {shlex.quote(dst)} || exit 255")
     return lines
 
 
@@ -80,8 +81,11 @@ def image_metadata(
     image: str, who: Identity, environ: dict[str, str], flags: Flags, event: Event
 ) -> Metadata:
     if remote.is_uri(image):
+        from tests.standin.images import cached_image  # not at the top: start-up time
+
         remote.check_reference(image, "exec")
-        return cached_image(image, who, environ, given(flags, "--disable-cache"), event)[1]
+        disable = given(flags, "--disable-cache") or who.enabled(environ, "DISABLE_CACHE")
+        return cached_image(image, who, environ, disable, event)[1]
     path = Path(image)
     if not path.exists():
         raise Fatal(f"could not open image {image}: no such file or directory")
@@ -95,8 +99,7 @@ def command_of(verb: str, rest: list[str], flags: Flags, metadata: Metadata) -> 
         if len(rest) > 1:
             print(f"WARNING: shell ignores its extra arguments {rest[1:]}", file=sys.stderr)
         return [(values(flags, "--shell", "-s") or ["/bin/sh"])[-1]]
-    entrypoint, cmd = metadata.get("entrypoint") or [], metadata.get("cmd") or []
-    assert isinstance(entrypoint, list) and isinstance(cmd, list)
+    entrypoint, cmd = strings(metadata, "entrypoint"), strings(metadata, "cmd")
     return [*entrypoint, *(rest[1:] or cmd)] or ["/bin/sh"]
 
 
@@ -111,20 +114,17 @@ def action(verb: str, args: list[str], environ: dict[str, str], who: Identity, c
     overlay_specs = values(flags, "--overlay", "-o")
     overlay_specs += [v for v in [who.setting(environ, "OVERLAY")] if v]
     cwd = working_dir(flags, environ)
-    container.update(
-        command=command,
-        cwd=cwd,
-        binds=parse_binds(bind_specs, Path(cwd)),
-        overlays=parse_overlays(overlay_specs, given(flags, "--writable-tmpfs")),
-        nv=given(flags, "--nv", "--nvccli"),
-    )
-    held = lock_overlays(container["overlays"])  # type: ignore[arg-type]
+    binds = parse_binds(bind_specs, Path(cwd))
+    overlays = parse_overlays(overlay_specs, given(flags, "--writable-tmpfs"))
+    nv = given(flags, "--nv")
+    container.update(command=command, cwd=cwd, binds=binds, overlays=overlays, nv=nv)
+    held = lock_overlays(overlays)
     base, script = start_script(who, environ, flags, metadata, rest[0])
-    mounts = mount_script(container["binds"])  # type: ignore[arg-type]
+    mounts = mount_script(binds)
     argv = ["/bin/sh", "-c", script, "sh", *command]
     if mounts:
         wrapper = "\n".join([*mounts, 'exec /bin/sh -c "$0" "$@"'])
-        argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", wrapper,
+        argv = ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", wrapper,
                 script, "sh", *command]  # fmt: skip
     status = run(argv, base, cwd, container, call)
     for fd in held:
@@ -136,13 +136,21 @@ def run(argv: list[str], env: dict[str, str], cwd: str, container: dict[str, obj
         call: Call) -> int:  # fmt: skip
     """Start the command, log what it got, forward signals, return its status (128+N when
     signal N killed it, 255 when the start-up script failed)."""
+    children: list[subprocess.Popen[bytes]] = []
+
+    def forward(number: int, _frame: object) -> None:
+        if not children:  # before the command started: as if it had died of it
+            raise SystemExit(128 + number)
+        children[0].send_signal(number)
+
+    for number in FORWARDED:
+        signal.signal(number, forward)
     read_end, write_end = os.pipe()
     # Python's own descriptors are not inherited (PEP 446): the child gets 0-2 and the pipe as 3
     child = subprocess.Popen(argv, env=env, cwd=cwd, close_fds=False,
                              preexec_fn=lambda: os.dup2(write_end, 3))  # fmt: skip
+    children.append(child)
     os.close(write_end)
-    for number in FORWARDED:
-        signal.signal(number, lambda n, _frame: child.send_signal(n))
     with os.fdopen(read_end, "rb") as dump:
         got = dump.read()
     if got:

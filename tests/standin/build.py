@@ -11,7 +11,14 @@ from tests.standin import remote
 from tests.standin.cli import parse, values
 from tests.standin.identity import Fatal, Identity
 from tests.standin.images import Event, build_temp, cached_image, write_slowly
-from tests.standin.sif import Metadata, is_sif, metadata_for, read_metadata, sif_bytes
+from tests.standin.sif import (
+    Metadata,
+    is_sif,
+    mapping,
+    metadata_for,
+    read_metadata,
+    sif_bytes,
+)
 
 DEF_KEYS = {"bootstrap", "from", "includecmd", "mirrorurl", "updateurl", "osversion", "include",
             "library", "registry", "namespace", "stage", "product", "user", "regcode", "productpgp",
@@ -80,7 +87,7 @@ def build(args: list[str], environ: dict[str, str], who: Identity, event: Event)
             warn = bool(values(flags, "--warn-unused-build-args"))
             header, sections = definition(text, build_args, warn, who)
             base = base_image(header, who, environ, event)
-            env = dict(base.get("environment") or {})  # type: ignore[call-overload]
+            env = mapping(base, "environment")
             labels = dict(
                 line.strip().partition(" ")[::2] for line in sections.get("labels", "").splitlines()
                 if line.strip()
@@ -105,8 +112,7 @@ def inspect(args: list[str], environ: dict[str, str], who: Identity) -> int:
     if environ.get("FAKE_APPTAINER_FAIL") == "inspect":
         raise Fatal(f"could not open image {image}: failed to inspect")
     metadata = read_metadata(Path(image))
-    labels = metadata.get("labels") or {}
-    assert isinstance(labels, dict)
+    labels = mapping(metadata, "labels")
     if values(flags, "--json", "-j", "--all"):
         attributes = {"labels": labels, "deffile": metadata.get("deffile") or None}
         environment = {"/.singularity.d/env/90-environment.sh": metadata.get("script") or None}

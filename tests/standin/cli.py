@@ -6,10 +6,16 @@ from __future__ import annotations
 from tests.standin.identity import Fatal, Identity
 
 ACTION = (
-    "--cleanenv -e --nv --nvccli --rocm --writable-tmpfs --no-eval --contain -c --containall -C "
-    "--no-home --fakeroot -f --userns -u --pid -p --ipc -i --disable-cache --compat",
-    "--bind -B --mount --overlay -o --env --env-file --cwd --pwd --home -H --workdir -W --app",
+    "--cleanenv -e --nv --writable-tmpfs --no-eval --disable-cache",
+    "--bind -B --overlay -o --env --env-file --cwd --pwd",
 )
+# Real exec/run/shell flags whose effect the stand-in cannot show on the host: refused loudly
+UNMODELLED_TEXT = (
+    "--nvccli --rocm --contain -c --containall -C --no-home --fakeroot -f --userns -u --pid -p "
+    "--ipc -i --compat --home -H --workdir -W --scratch -S --mount --app --network --net -n "
+    "--hostname"
+)
+UNMODELLED = set(UNMODELLED_TEXT.split())
 FLAG_TEXT = {  # verb: (modelled flags without a value, with a value); Apptainer has more
     "exec": ACTION,
     "run": ACTION,
@@ -47,6 +53,8 @@ def parse(verb: str, args: list[str], who: Identity) -> tuple[Flags, list[str]]:
         if arg == "--":
             break
         name, eq, value = arg.partition("=")
+        if verb in ("exec", "run", "shell") and name in UNMODELLED:
+            raise Fatal(f"stand-in: {name} is an Apptainer flag this stand-in does not model")
         if name not in booleans | valued or not who.has_flag(name):
             raise Fatal(f'Error for command "{verb}": unknown flag: {name}')
         if name in valued and not eq:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.standin.cli import Flags, given, values
 from tests.standin.identity import Fatal, Identity
 from tests.standin.remote import DEFAULT_PATH
-from tests.standin.sif import Metadata
+from tests.standin.sif import Metadata, mapping
 
 PROXIES = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy")
 DROPPED = ("HOME", "PATH", "LD_LIBRARY_PATH")  # never passed from the host
@@ -53,9 +53,7 @@ def injected_quote(value: str, no_eval: bool) -> str:
 
 def image_script(metadata: Metadata) -> list[str]:
     lines = []
-    env = metadata.get("environment") or {}
-    assert isinstance(env, dict)
-    for key, value in env.items():
+    for key, value in mapping(metadata, "environment").items():
         if key == "PATH":
             lines.append(f"export PATH={literal(value)}")
         else:
@@ -132,10 +130,10 @@ def start_script(
 ) -> tuple[dict[str, str], str]:
     """(the environment /bin/sh starts with, the script it runs before ``exec "$@"``); the
     script writes the final environment, NUL-separated, to fd 3 and closes it."""
-    cleanenv = given(flags, "--cleanenv", "-e", "--containall", "-C")
-    cleanenv = cleanenv or who.setting(environ, "CLEANENV") in ("1", "true", "yes")
+    cleanenv = given(flags, "--cleanenv", "-e")
+    cleanenv = cleanenv or who.enabled(environ, "CLEANENV")
     no_eval = given(flags, "--no-eval") or (
-        who.has_flag("--no-eval") and who.setting(environ, "NO_EVAL") in ("1", "true", "yes")
+        who.has_flag("--no-eval") and who.enabled(environ, "NO_EVAL")
     )
     files = [str(Path(name).absolute()) for name in values(flags, "--env-file")]
     for name in files:

@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 APPTAINER_VERSION = "1.4.5"  # the default FAKE_APPTAINER_VERSION as apptainer
 CE_VERSION = "4.5.1"  # ... and as singularity (SingularityCE)
 
 Version = tuple[int, int, int]
 
-# The first release that has a flag: (Apptainer, SingularityCE). --no-eval came with
-# sylabs/singularity#704 (SingularityCE 3.10.0) and its port apptainer/apptainer#86 (Apptainer
-# 1.1.0); --build-arg and its companions with Apptainer 1.2.0 and SingularityCE 4.0.0 (facts:
-# "build"). A version below the first is refused the flag as unknown.
+# The first release that has a flag: (Apptainer, SingularityCE); the one home of these versions.
+# --no-eval came with sylabs/singularity#704 (SingularityCE 3.10.0); Apptainer 1.0.0 carries
+# SingularityCE's features up to 3.9.5 only (its release notes), and the port ("from sylabs 704",
+# apptainer PR #86) shipped in 1.1.0. --build-arg and its companions: Apptainer 1.2.0 and
+# SingularityCE 4.0.0 (facts: "build"). A version below the first is refused the flag as unknown.
 FIRST_VERSION: dict[str, tuple[Version, Version]] = {
     "--no-eval": ((1, 1, 0), (3, 10, 0)),
     "--build-arg": ((1, 2, 0), (4, 0, 0)),
@@ -31,14 +31,12 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM during a pull or build: temporary files go, then exit 255."""
 
 
-@dataclass(frozen=True)
 class Identity:
-    """``ce``: SingularityCE; otherwise Apptainer (``compat``: run as ``singularity``)."""
+    """``ce``: SingularityCE; otherwise Apptainer (``compat``: run as ``singularity``). A plain
+    class: dataclasses would double the stand-in's start-up time."""
 
-    ce: bool
-    compat: bool
-    version: Version
-    version_text: str
+    def __init__(self, ce: bool, compat: bool, version: Version, version_text: str) -> None:
+        self.ce, self.compat, self.version, self.version_text = ce, compat, version, version_text
 
     @property
     def own(self) -> tuple[str, ...]:
@@ -67,6 +65,20 @@ class Identity:
             if prefix + key in environ:
                 return environ[prefix + key]
         return None
+
+    def conflicts(self, environ: dict[str, str]) -> list[str]:
+        """Apptainer's warnings for APPTAINER_<KEY> and SINGULARITY_<KEY> set to different
+        values (the same value: nothing); SingularityCE reads only SINGULARITY_<KEY>."""
+        found = []
+        for key, value in sorted(environ.items()):
+            other = "SINGULARITY_" + key.removeprefix("APPTAINER_")
+            if not self.ce and key.startswith("APPTAINER_") and environ.get(other, value) != value:
+                found.append(f"WARNING: {key} and {other} have different values, using {key}")
+        return found
+
+    def enabled(self, environ: dict[str, str], key: str) -> bool:
+        """A boolean flag set through APPTAINER_<KEY> (or SINGULARITY_<KEY>)."""
+        return (self.setting(environ, key) or "").lower() in ("1", "true", "yes")
 
 
 def identify(program: str, environ: dict[str, str]) -> Identity:

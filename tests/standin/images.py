@@ -62,10 +62,13 @@ def cache_entry(ref: str, who: Identity, environ: dict[str, str], digest: str) -
 
 
 def cached_image(
-    ref: str, who: Identity, environ: dict[str, str], disable_cache: bool, event: Event
-) -> tuple[Path | None, Metadata]:
+    ref: str, who: Identity, environ: dict[str, str], disable_cache: bool, event: Event,
+    work: Path | None = None,
+) -> tuple[Path | None, Metadata]:  # fmt: skip
     """(the SIF in the cache, its metadata) of a URI: the registry is asked first (network),
-    then the cache; a miss downloads. With --disable-cache: (None, metadata), nothing kept."""
+    then the cache; a miss downloads and converts in ``work`` (a build-temp-* directory, made
+    here when None) and moves the result into the cache. With --disable-cache: (None,
+    metadata), nothing kept."""
     if not ref.startswith(remote.REMOTE):  # docker-daemon:, oci-archive: ... are local
         return None, {"environment": {"PATH": remote.DEFAULT_PATH}}
     entry = cache_entry(ref, who, environ, remote.digest_of(ref, environ))
@@ -74,12 +77,22 @@ def cached_image(
     _, metadata = remote.fetch(ref, environ, event)
     if disable_cache:
         return None, metadata
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
-    partial = entry.with_name(f".{entry.name}.{os.getpid()}")
-    write_slowly(partial, head, body, environ)
-    partial.rename(entry)
+    if work is None:
+        with build_temp(who, environ, []) as made:
+            convert(ref, metadata, entry, made, environ)
+    else:
+        convert(ref, metadata, entry, work, environ)
     return entry, metadata
+
+
+def convert(ref: str, metadata: Metadata, entry: Path, work: Path, environ: dict[str, str]) -> None:
+    """Write the SIF in ``work`` (FAKE_APPTAINER_DELAY), then move it into the cache."""
+    head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
+    write_slowly(work / "image.sif", head, body, environ)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    partial = entry.with_name(f".{entry.name}.{os.getpid()}")
+    shutil.copyfile(work / "image.sif", partial)
+    partial.rename(entry)
 
 
 def pull(args: list[str], environ: dict[str, str], who: Identity, event: Event) -> int:
@@ -95,14 +108,10 @@ def pull(args: list[str], environ: dict[str, str], who: Identity, event: Event) 
         raise Fatal(f"Unable to pull {ref}: manifest unknown")
     if dest.exists() and not values(flags, "--force", "-F"):
         raise Fatal(f"Image file already exists: {str(dest)!r} - will not overwrite")
-    disable = bool(values(flags, "--disable-cache")) or who.setting(environ, "DISABLE_CACHE") in (
-        "1",
-        "true",
-        "yes",
-    )
-    with build_temp(who, environ, values(flags, "--tmpdir")):
+    disable = bool(values(flags, "--disable-cache")) or who.enabled(environ, "DISABLE_CACHE")
+    with build_temp(who, environ, values(flags, "--tmpdir")) as work:
         print(f"INFO:    Converting OCI blobs to SIF format ({ref})", file=sys.stderr)
-        entry, metadata = cached_image(ref, who, environ, disable, event)
+        entry, metadata = cached_image(ref, who, environ, disable, event, work)
         if entry is None:  # straight to DEST
             head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
             write_slowly(dest, head, body, environ)

@@ -24,6 +24,10 @@ class Call:
             self.event(self.line)
 
     def event(self, line: dict[str, object]) -> None:
+        """Append one line with one write(2): ranks writing at once never interleave."""
         if self.path:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(line) + "\n")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(line) + "\n").encode())
+            finally:
+                os.close(fd)

@@ -43,9 +43,11 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
     """Run one call as ``argv[0]`` (its base name says apptainer or singularity)."""
     who = identify(Path(argv[0]).name, environ)
     call = Call(argv[1:], environ)
+    for warning in who.conflicts(environ):
+        print(warning, file=sys.stderr)
     try:
         return dispatch(argv[1:], environ, who, call)
-    except (Fatal, Interrupted) as exc:
+    except (Fatal, Interrupted, OSError) as exc:  # Apptainer's own failures: one line, 255
         print(f"FATAL:   {exc}", file=sys.stderr)
         return 255
     finally:

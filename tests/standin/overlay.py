@@ -4,10 +4,10 @@ held while the command runs)."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from tests.standin.cli import parse, values
@@ -71,6 +71,8 @@ def lock_overlays(overlays: list[dict[str, object]]) -> list[int]:
         try:
             fcntl.lockf(fd, (fcntl.LOCK_SH if readonly else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
+            if exc.errno == errno.ENOLCK:  # no lock support: Apptainer skips locking
+                continue
             mode = "reading" if readonly else "writing"
             raise Fatal(
                 f"while locking ext3 partition from {path}: can't open {path} for {mode}, "
@@ -80,24 +82,39 @@ def lock_overlays(overlays: list[dict[str, object]]) -> list[int]:
     return held
 
 
+def existing(path: Path) -> None:
+    """An existing PATH: a SIF gets an overlay partition (not modelled), anything else is an
+    error (facts: overlay create, "An existing writable PATH")."""
+    from tests.standin.sif import is_sif
+
+    if is_sif(path):
+        raise Fatal(f"stand-in: adding an overlay partition to the SIF {path} is not modelled")
+    raise Fatal(f"while creating overlay: {path} already exists and is not a SIF image")
+
+
 def overlay_create(args: list[str], who: Identity, ran: list[list[str]]) -> int:
     """Create the overlay image; ``ran`` gets the commands run (for the log)."""
     flags, (path_text,) = parse("overlay create", args, who)
+    if who.ce and values(flags, "--fakeroot", "-f"):
+        raise Fatal('Error for command "overlay create": unknown flag: --fakeroot')
     size_text = (values(flags, "--size", "-s") or ["64"])[-1]
     if not size_text.isdigit() or int(size_text) < 64:
         raise Fatal(f"overlay size must be an integer of at least 64 MiB, got {size_text!r}")
-    path = Path(path_text)
+    path, size = Path(path_text), int(size_text)
     if path.exists():
-        raise Fatal(f"{path} already exists and is not a SIF image")
-    size = int(size_text)
+        existing(path)
     staging = path.with_name(path.name + ".ext3")
     if values(flags, "--sparse", "-S"):
         command = ["truncate", f"--size={size}M", str(staging)]
     else:
         command = ["dd", "if=/dev/zero", f"of={staging}", "bs=1M", f"count={size}"]
+    mode = 0o777 if max(os.getuid(), os.getgid()) > 65535 else 0o755
+    import tempfile  # not at the top: the stand-in's start-up time
+
     with tempfile.TemporaryDirectory() as stage:
         for name in ("upper", "work", *(f"upper/{d}" for d in values(flags, "--create-dir"))):
-            Path(stage, name).mkdir(mode=0o755, parents=True, exist_ok=True)
+            Path(stage, name).mkdir(parents=True, exist_ok=True)
+            Path(stage, name).chmod(mode)
         for step in (command, [tool("mkfs.ext3"), "-q", "-F", "-d", stage, str(staging)]):
             ran.append(step)
             done = subprocess.run(step, capture_output=True, text=True)

@@ -5,13 +5,11 @@ cache (cache/oci-tmp/<digest>). Every fetch appends a ``download`` event to the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.standin.identity import Fatal, Identity
 from tests.standin.sif import Metadata
@@ -50,11 +48,17 @@ def cache_dir(who: Identity, environ: dict[str, str]) -> Path:
     return (Path(given) if given else home / who.cache_dirname / "cache") / "cache"
 
 
+def sha256(data: bytes) -> str:
+    import hashlib  # not at the top: the stand-in's start-up time
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def modelled(ref: str, environ: dict[str, str]) -> tuple[str, Metadata]:
     """A registry this machine cannot reach: digest and config synthesised from the reference,
     the environment from FAKE_APPTAINER_IMAGE_ENV (JSON) or just PATH."""
     env = json.loads(environ.get("FAKE_APPTAINER_IMAGE_ENV") or "{}") or {"PATH": DEFAULT_PATH}
-    return "sha256:" + hashlib.sha256(ref.encode()).hexdigest(), {"environment": env}
+    return sha256(ref.encode()), {"environment": env}
 
 
 def _get(url: str, accept: str) -> tuple[bytes, dict[str, str]]:
@@ -69,29 +73,29 @@ def _get(url: str, accept: str) -> tuple[bytes, dict[str, str]]:
         raise Fatal(f"Unable to fetch {url}: {exc}") from exc
 
 
-def manifest(ref: str) -> tuple[str, str, dict[str, Any]]:
-    """(registry base URL, manifest digest, the platform manifest) of a local-registry ref."""
+def manifest(ref: str) -> tuple[str, str, str]:
+    """(registry base URL, manifest digest, config digest) of a local-registry reference."""
     found = LOCAL_REGISTRY.match(ref)
     if found is None:
         raise Fatal(f"Unable to handle {ref} uri: invalid reference format")
     host, name, tag, digest = found.groups()
     base = f"http://{host}/v2/{name}"
     body, headers = _get(f"{base}/manifests/{digest or tag or 'latest'}", ACCEPT)
-    top = headers.get("docker-content-digest") or "sha256:" + hashlib.sha256(body).hexdigest()
+    top = headers.get("docker-content-digest") or sha256(body)
     document = json.loads(body)
     for entry in document.get("manifests", []):  # an index: take linux/amd64
         platform = entry.get("platform", {})
         if (platform.get("os"), platform.get("architecture")) == ("linux", "amd64"):
             document = json.loads(_get(f"{base}/manifests/{entry['digest']}", ACCEPT)[0])
             break
-    return base, top, document
+    return base, top, str(document["config"]["digest"])
 
 
 def fetch(ref: str, environ: dict[str, str], event: Event) -> tuple[str, Metadata]:
     """(digest, metadata) of a remote image, fetched (or modelled) now; logs the download."""
     if LOCAL_REGISTRY.match(ref):
-        base, digest, document = manifest(ref)
-        config = json.loads(_get(f"{base}/blobs/{document['config']['digest']}", "*/*")[0])
+        base, digest, config_digest = manifest(ref)
+        config = json.loads(_get(f"{base}/blobs/{config_digest}", "*/*")[0])
         inner = config.get("config") or {}
         env = dict(pair.partition("=")[::2] for pair in inner.get("Env") or [])
         metadata: Metadata = {"environment": env, "labels": inner.get("Labels") or {}}

@@ -22,6 +22,18 @@ CREATED = 1700000000
 Metadata = dict[str, object]
 
 
+def mapping(metadata: Metadata, key: str) -> dict[str, str]:
+    """A dict field of the metadata (environment, labels), empty when absent."""
+    value = metadata.get(key)
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def strings(metadata: Metadata, key: str) -> list[str]:
+    """A list field of the metadata (entrypoint, cmd), empty when absent."""
+    value = metadata.get(key)
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
 def sif_bytes(ref: str, payload: int, metadata: Metadata | None = None) -> tuple[bytes, bytes]:
     """(everything before the partition, the partition) of a SIF image for ``ref``: header,
     descriptors, the JSON metadata, then ``payload`` bytes derived from ``ref``."""

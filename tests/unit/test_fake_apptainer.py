@@ -91,6 +91,14 @@ def test_usage_errors_exit_255(box: Sandbox, args: list[str]) -> None:
     assert done.returncode == 255 and "FATAL:" in done.stderr
 
 
+@pytest.mark.parametrize("flag", ["--containall", "--home=/x", "--mount=type=bind", "--fakeroot"])
+def test_flags_it_cannot_show_on_the_host_are_refused_loudly(box: Sandbox, flag: str) -> None:
+    """Real Apptainer flags (exec: isolation knobs, namespaces, --mount) whose effect a host
+    process cannot show: the stand-in refuses them rather than pretend (module docstring)."""
+    done = apptainer(box, "exec", flag, "img.sif", "true")
+    assert done.returncode == 255 and "FATAL:   stand-in: " in done.stderr
+
+
 @pytest.mark.parametrize(
     ("program", "version", "flag_args", "known"),
     [
@@ -242,7 +250,8 @@ def test_the_image_environment_and_what_overrides_it(box: Sandbox) -> None:
 
 def test_env_flag_follows_the_map_flag_rules_and_wins(box: Sandbox) -> None:
     """exec: "--env is a map flag: commas split pairs, so --env A=1,B=2 sets two variables"
-    ... "--env wins over --env-file" (a single pair keeps its commas: pflag's map flag)."""
+    ... "--env wins over --env-file. --env-file is repeatable in 1.4 and single in 1.3" (a
+    single pair keeps its commas: pflag's map flag)."""
     done = apptainer(box, "exec", "--env", "A=1,B=2", "img.sif", "true", APPTAINERENV_A="0")
     assert done.returncode == 0, done.stderr
     assert (container_env(box)["A"], container_env(box)["B"]) == ("1", "2")
@@ -252,6 +261,9 @@ def test_env_flag_follows_the_map_flag_rules_and_wins(box: Sandbox) -> None:
     args = ["exec", "--env-file", "vars", "--env", "A=flag", "img.sif", "true"]
     assert apptainer(box, *args).returncode == 0
     assert (container_env(box)["A"], container_env(box)["C"]) == ("flag", f"{box.home}/x")
+    twice = ["exec", "--env-file", "vars", "--env-file", "vars", "img.sif", "true"]
+    assert apptainer(box, *twice).returncode == 0
+    assert apptainer(box, *twice, FAKE_APPTAINER_VERSION="1.3.6").returncode == 255
 
 
 def test_working_directory_rules(box: Sandbox) -> None:
@@ -318,6 +330,19 @@ def test_run_and_shell(box: Sandbox) -> None:
         timeout=60,
     )  # fmt: skip
     assert done.stdout == "in-shell\n" and "WARNING" in done.stderr
+
+
+def test_apptainer_and_singularity_settings_that_differ_warn(box: Sandbox) -> None:
+    """parsing: "APPTAINER_<KEY> (SINGULARITY_<KEY> is accepted as a fallback; if both are set
+    to the same value, nothing is printed; if they differ, you get a warning)"."""
+    same = {"APPTAINER_CACHEDIR": "/c", "SINGULARITY_CACHEDIR": "/c"}
+    assert "WARNING" not in apptainer(box, "exec", "img.sif", "true", **same).stderr
+    differ = {**same, "SINGULARITY_CACHEDIR": "/d"}
+    assert (
+        "APPTAINER_CACHEDIR and SINGULARITY_CACHEDIR"
+        in apptainer(box, "--version", **differ).stderr
+    )
+    assert "WARNING" not in apptainer(box, "--version", program="singularity", **differ).stderr
 
 
 def test_every_call_is_logged_with_the_programs_own_variables(box: Sandbox) -> None:

@@ -202,6 +202,8 @@ def test_build_checks_the_definition_and_its_build_args(box: Sandbox) -> None:
     assert "build var X" in apptainer(box, "build", "--force", "o.sif", "r.def").stderr
     recipe.write_text("Bootstrap: docker\nFrum: debian\n")
     assert apptainer(box, "build", "--force", "o.sif", "r.def").returncode == 255
+    nowhere = apptainer(box, "build", "no/such/dir/o.sif", "img.sif")
+    assert nowhere.returncode == 255 and nowhere.stderr.startswith("FATAL:")
 
 
 def ext3(path: Path, field: str) -> str:
@@ -229,11 +231,29 @@ def test_overlay_create_makes_a_real_ext3_image(box: Sandbox, sparse: bool) -> N
     blocks = int(ext3(image, "Block count").split()[-1])
     reserved = int(ext3(image, "Reserved block count").split()[-1])
     assert reserved == blocks * 5 // 100
-    listing = subprocess.run(
-        ["/usr/sbin/debugfs", "-R", "ls /", str(image)], capture_output=True, text=True, timeout=30
-    ).stdout.split()
-    assert {"upper", "work"} <= set(listing)
+    assert {"upper", "work"} <= set(listing(image, "/"))
     assert apptainer(box, *args).returncode == 255  # it exists now
+
+
+def listing(image: Path, directory: str) -> list[str]:
+    return subprocess.run(
+        ["/usr/sbin/debugfs", "-R", f"ls {directory}", str(image)],
+        capture_output=True, text=True, timeout=30,
+    ).stdout.split()  # fmt: skip
+
+
+def test_overlay_create_dirs_fakeroot_and_existing_paths(box: Sandbox) -> None:
+    """overlay create: "--create-dir DIR: repeatable; creates upper/DIR. -f/--fakeroot ...
+    (Apptainer only; CE has no such flag)"; "An existing writable PATH: if it is a SIF, an ext3
+    overlay partition is added to it" (not modelled: refused with "stand-in:")."""
+    args = ["overlay", "create", "--sparse", "--create-dir", "data", "o.img"]
+    assert apptainer(box, *args).returncode == 0
+    assert "data" in listing(box.root / "o.img", "/upper")
+    ce = apptainer(box, "overlay", "create", "--fakeroot", "c.img", program="singularity")
+    assert ce.returncode == 255 and "unknown flag" in ce.stderr
+    assert apptainer(box, "overlay", "create", "--fakeroot", "--sparse", "a.img").returncode == 0
+    on_sif = apptainer(box, "overlay", "create", "img.sif")
+    assert on_sif.returncode == 255 and "stand-in:" in on_sif.stderr
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -88,21 +87,14 @@ def _with_apptainer_cache(
 def _hold_overlay_lock(
     invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
 ) -> None:
-    """A read-write overlay is locked for the life of the container process (the fd survives
-    the exec)."""
+    """An overlay is locked as Apptainer locks it (read for ``:ro``, write for read-write), for
+    the life of the container process (the fd survives the exec)."""
     overlay = invocation.spec.overlay
-    if overlay is None or overlay.readonly:
+    if overlay is None:
         return
     from ctrain.images import overlay as overlays
 
-    holder = f"pid {os.getpid()} on {socket.gethostname()}"
-    job = environ.get("SLURM_JOB_ID")
-    overlays.acquire_rw_lock(
-        Path(overlay.path),
-        holder + (f", job {job}" if job else ""),
-        lock_dir=lambda: cachedir.lock_dir(s, environ),
-        environ=environ,
-    )
+    overlays.lock_overlay(Path(overlay.path), overlay.readonly)
 
 
 def run(invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]) -> NoReturn:
