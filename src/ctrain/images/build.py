@@ -3,7 +3,7 @@ target ever in place (apptainer builds go to a temporary name in the target's di
 checked, then renamed).
 
 Checked before apptainer runs, because it would fail late or not at all: ``--build-arg`` and
-``%arguments`` need Apptainer >= 1.2 or SingularityCE >= 4.0 (``<program> --version``), and a
+``%arguments`` need a release that has them (``container.versions``), and a
 ``--build-arg`` the definition never uses (``{{ NAME }}`` outside ``#`` lines) is fatal in
 Apptainer. Apptainer's temporary space (``build-temp-*``) goes to the node-local
 ``cachedir.build_tmpdir``; a stopped build passes SIGTERM/SIGINT on and waits for apptainer
@@ -20,18 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.container.spec import parse_env_pair
+from ctrain.container.versions import RuntimeVersion, installed_version, needs
 from ctrain.errors import ExternalToolError, Interrupted, SpecError
 from ctrain.images import cachedir
 from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote
 from ctrain.util import fs, proc
 
-BUILD_ARGS_SINCE = {"apptainer": (1, 2), "singularity-ce": (4, 0)}
-"""The first release of each flavour with ``--build-arg`` and ``%arguments``."""
-VERSION_TIMEOUT = 60.0
-_VERSION = re.compile(
-    r"\b(apptainer|singularity-ce|singularity) version v?(\d+)\.(\d+)", re.IGNORECASE
-)
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -97,16 +92,6 @@ def check_request(request: BuildRequest) -> None:
         raise SpecError(f"directory {target.parent} does not exist", "create it first")
 
 
-def parse_version(text: str) -> tuple[str, tuple[int, int]] | None:
-    """``apptainer version 1.4.5`` -> ("apptainer", (1, 4)); ``singularity-ce version 4.5.1``
-    -> ("singularity-ce", (4, 5)); ``singularity version 3.8.7`` (before the Apptainer /
-    SingularityCE split) -> ("singularity", (3, 8)); anything else None."""
-    found = _VERSION.search(text)
-    if found is None:
-        return None
-    return found.group(1).lower(), (int(found.group(2)), int(found.group(3)))
-
-
 def recipe_arguments(text: str) -> tuple[set[str], bool]:
     """The ``{{ NAME }}`` a definition file uses and whether it has an ``%arguments`` section;
     lines starting with ``#`` are left alone, as Apptainer leaves them."""
@@ -132,22 +117,13 @@ def check_arguments(request: BuildRequest, recipe_text: str | None) -> bool:
     return bool(given) or section
 
 
-def check_version(runtime: str, version_text: str) -> None:
-    """A SpecError when ``<program> --version`` names a release without ``--build-arg``."""
-    parsed = parse_version(version_text)
-    line = version_text.strip().splitlines()[0] if version_text.strip() else "nothing"
-    fix = "upgrade to Apptainer 1.2+ or SingularityCE 4.0+, or write the values into the definition"
-    if parsed is None:
-        raise SpecError(f"{runtime} --version printed {line!r}, not a version ctrain knows", fix)
-    flavour, version = parsed
-    since = BUILD_ARGS_SINCE.get(flavour)
-    if since is None or version < since:
-        raise SpecError(f"{line} has no --build-arg or %arguments (needs {_needs()})", fix)
-
-
-def _needs() -> str:
-    names = {"apptainer": "Apptainer", "singularity-ce": "SingularityCE"}
-    return " or ".join(f"{names[k]} >= {v[0]}.{v[1]}" for k, v in BUILD_ARGS_SINCE.items())
+def check_version(version: RuntimeVersion) -> None:
+    """A SpecError when the installed release has no ``--build-arg`` (nor ``%arguments``)."""
+    if not version.has("--build-arg"):
+        raise SpecError(
+            f"{version.text} has no --build-arg or %arguments (needs {needs('--build-arg')})",
+            f"upgrade to {needs('--build-arg')}, or write the values into the definition",
+        )
 
 
 def build(
@@ -167,9 +143,7 @@ def build(
     local = not is_remote(request.recipe, "build")
     text = Path(request.recipe).read_text(encoding="utf-8", errors="replace") if local else None
     if check_arguments(request, text):
-        what = f"{request.runtime} --version"
-        version = proc.check([request.program, "--version"], env, VERSION_TIMEOUT, what=what)
-        check_version(request.runtime, version)
+        check_version(installed_version(request.program, env))
     if cache is not None:
         cachedir.ensure_dirs(cache)
         fs.check_free(cache.path, min_free_gb)

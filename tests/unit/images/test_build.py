@@ -15,7 +15,6 @@ from ctrain.images.build import (
     check_request,
     default_target,
     engine_build_argv,
-    parse_version,
     recipe_arguments,
     sif_build_argv,
 )
@@ -129,20 +128,6 @@ def test_engine_builds_tags_not_files() -> None:
         check_request(BuildRequest("docker", "docker", __file__, "out.sif"))
 
 
-@pytest.mark.parametrize(
-    ("text", "parsed"),
-    [
-        ("apptainer version 1.4.5\n", ("apptainer", (1, 4))),
-        ("apptainer version 1.3.6-1.el8", ("apptainer", (1, 3))),
-        ("singularity-ce version 4.5.1-jammy", ("singularity-ce", (4, 5))),
-        ("singularity version 3.8.7", ("singularity", (3, 8))),
-        ("hello", None),
-    ],
-)
-def test_parse_version(text: str, parsed: tuple[str, tuple[int, int]] | None) -> None:
-    assert parse_version(text) == parsed
-
-
 def test_recipe_arguments_skip_comment_lines() -> None:
     text = "From: x:{{ A }}\n# {{ B }}\n%post\n  echo {{C}}\n  %arguments\n"
     assert recipe_arguments(text) == ({"A", "C"}, True)
@@ -181,7 +166,7 @@ def test_build_args_need_a_release_that_has_them(
         assert done.returncode == 2 and not called.exists()
         assert done.stderr.strip() == (
             f"ctrain: error: {line} has no --build-arg or %arguments (needs Apptainer >= 1.2 "
-            "or SingularityCE >= 4.0) Fix: upgrade to Apptainer 1.2+ or SingularityCE 4.0+, "
+            "or SingularityCE >= 4.0) Fix: upgrade to Apptainer >= 1.2 or SingularityCE >= 4.0, "
             "or write the values into the definition"
         )
     else:
