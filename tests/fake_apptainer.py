@@ -1,5 +1,5 @@
 """The one stand-in for ``apptainer`` (and ``singularity``) in ctrain's tests; its parts live in
-tests/standin/, pinned to /work/shared/apptainer-facts.md by tests/unit/test_fake_apptainer.py.
+tests/standin/, pinned to /work/shared/apptainer-facts.md by tests/unit/test_fake_apptainer*.py.
 It is not Apptainer: it runs the command on the host, in the environment and working directory
 Apptainer would give it, so a wrong argv or environment fails as it would on a cluster.
 
@@ -26,19 +26,21 @@ Modelled (facts file sections in brackets):
   (pflag map rules) double-quoted with only ``"`` escaped, so ``$``, backticks and ``\\`` are
   evaluated and a trailing ``\\`` stops the start, single-quoted with --no-eval; _PATH,
   _PREPEND_PATH, _APPEND_PATH; HOME refused; INFO per SINGULARITYENV_ under Apptainer;
-  --env-file sourced), then execs it (not found: FATAL, 255); cwd = --cwd (fatal if missing)
-  or the host cwd (else $HOME with a WARNING); --bind lists (missing source fatal; a bind the
-  host cannot see, destination differs or read-only, gets a real bind mount inside
-  ``unshare --mount`` when root, else FATAL); --overlay: one writable at most, not with
-  --writable-tmpfs, ext3 checked (dumpe2fs -h), fcntl write lock (rw) or read lock (:ro) held
-  while the command runs; signals forwarded; status = the command's, 128+N for signal N;
+  --env-file sourced, repeatable from 1.4; APPTAINER_CONTAINER and _NAME set), then execs it
+  (not found: FATAL, 255); cwd = --cwd (fatal if missing) or the host cwd (else $HOME with a
+  WARNING); --bind lists (missing source fatal; a bind the host cannot see, destination
+  differs or read-only, gets a real bind mount inside ``unshare --mount`` when root, else
+  FATAL); --overlay: one writable at most, not with --writable-tmpfs, ext3 checked (dumpe2fs
+  -h), fcntl write lock (rw) or read lock (:ro) held while the command runs; signals
+  forwarded; status = the command's, 128+N for signal N;
   run: ENTRYPOINT + (args or CMD); shell: --shell or /bin/sh;
 - [remote IMAGE] docker://127.0.0.1:PORT/ and localhost:PORT/ fetched for real (manifest, then
   config: Env, Entrypoint, Cmd); other registries modelled; the manifest digest is asked for
   before the cache (cache/oci-tmp/<digest>) is read; ``docker-daemon://`` refused;
 - [pull] [DEST] URI, --dir, --name, --force, "Image file already exists"; --disable-cache
   writes DEST directly, otherwise the cache entry is copied through DEST_DIR/tmp-copy-* and a
-  rename; build-temp-* in APPTAINER_TMPDIR removed on exit and on SIGINT/SIGTERM, not SIGKILL;
+  rename; build-temp-* in APPTAINER_TMPDIR (or --tmpdir, $TMPDIR, /tmp) removed on exit and on
+  SIGINT/SIGTERM (then exit 255), not on SIGKILL;
 - [build] def-file header keys, ``{{ NAME }}`` from --build-arg then %arguments, unused
   build-args fatal without --warn-unused-build-args, undefined ones fatal; %environment and
   %labels kept in the SIF; [inspect] labels, --json, --environment;

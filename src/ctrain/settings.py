@@ -92,6 +92,12 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting("launch", True, "run the command through the image's ctrain launch", _flag),
     Setting("dry_run", False, "print the command and its environment, run nothing", _flag),
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
+    Setting(
+        "build_tmpdir",
+        None,
+        "temporary space of apptainer pull/build (node-local; none: $TMPDIR, else /tmp)",
+        _text,
+    ),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),
     Setting(

@@ -47,7 +47,7 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
         print(warning, file=sys.stderr)
     try:
         return dispatch(argv[1:], environ, who, call)
-    except (Fatal, Interrupted) as exc:
+    except (Fatal, Interrupted, OSError) as exc:  # Apptainer's own failures: one line, 255
         print(f"FATAL:   {exc}", file=sys.stderr)
         return 255
     finally:

@@ -250,7 +250,8 @@ def test_the_image_environment_and_what_overrides_it(box: Sandbox) -> None:
 
 def test_env_flag_follows_the_map_flag_rules_and_wins(box: Sandbox) -> None:
     """exec: "--env is a map flag: commas split pairs, so --env A=1,B=2 sets two variables"
-    ... "--env wins over --env-file" (a single pair keeps its commas: pflag's map flag)."""
+    ... "--env wins over --env-file. --env-file is repeatable in 1.4 and single in 1.3" (a
+    single pair keeps its commas: pflag's map flag)."""
     done = apptainer(box, "exec", "--env", "A=1,B=2", "img.sif", "true", APPTAINERENV_A="0")
     assert done.returncode == 0, done.stderr
     assert (container_env(box)["A"], container_env(box)["B"]) == ("1", "2")
@@ -260,6 +261,9 @@ def test_env_flag_follows_the_map_flag_rules_and_wins(box: Sandbox) -> None:
     args = ["exec", "--env-file", "vars", "--env", "A=flag", "img.sif", "true"]
     assert apptainer(box, *args).returncode == 0
     assert (container_env(box)["A"], container_env(box)["C"]) == ("flag", f"{box.home}/x")
+    twice = ["exec", "--env-file", "vars", "--env-file", "vars", "img.sif", "true"]
+    assert apptainer(box, *twice).returncode == 0
+    assert apptainer(box, *twice, FAKE_APPTAINER_VERSION="1.3.6").returncode == 255
 
 
 def test_working_directory_rules(box: Sandbox) -> None:

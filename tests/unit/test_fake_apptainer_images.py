@@ -202,6 +202,8 @@ def test_build_checks_the_definition_and_its_build_args(box: Sandbox) -> None:
     assert "build var X" in apptainer(box, "build", "--force", "o.sif", "r.def").stderr
     recipe.write_text("Bootstrap: docker\nFrum: debian\n")
     assert apptainer(box, "build", "--force", "o.sif", "r.def").returncode == 255
+    nowhere = apptainer(box, "build", "no/such/dir/o.sif", "img.sif")
+    assert nowhere.returncode == 255 and nowhere.stderr.startswith("FATAL:")
 
 
 def ext3(path: Path, field: str) -> str:

@@ -65,13 +65,15 @@ def _cache_options(func: F) -> F:
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
+@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
     """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store.
 
-    The file appears whole or not at all: it is downloaded to a temporary name next to the
-    target, checked (SIF header, then `apptainer inspect`) and renamed. A sidecar TARGET.json
-    records the reference, digest, time and ctrain version; pulling an up-to-date target
-    downloads nothing. Concurrent pulls of one target wait for each other.
+    The file appears whole or not at all: it is downloaded (`--disable-cache`: stored once) to
+    a temporary name next to the target, checked (SIF header, then `apptainer inspect`) and
+    renamed; apptainer's own temporary files go to --tmpdir, node-local by default. A sidecar
+    TARGET.json records the reference, digest, time and ctrain version; pulling an up-to-date
+    target downloads nothing. Concurrent pulls of one target wait for each other.
     """
     from pathlib import Path
 
@@ -84,7 +86,9 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
     plan = pulling.plan_pull(reference, runtime, program, output, choice.path, force, Path.is_dir)
     cachedir.ensure_dirs(choice)
-    result = pulling.pull(plan, choice, os.environ, int(str(s["min_free_gb"].value)), _say)
+    min_free_gb = int(str(s["min_free_gb"].value))
+    tmpdir = cachedir.build_tmpdir(s, os.environ)
+    result = pulling.pull(plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir)
     digest = f" ({result.sidecar.digest})" if result.sidecar.digest else ""
     if result.downloaded:
         click.echo(f"pulled {plan.ref} -> {result.where}{digest}")
@@ -101,6 +105,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
+@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
 def resolve(image: str | None, **flags: str | None) -> None:
     """Print the image to give `ctrain exec` on every rank of a job (default: the `image` setting).
 
@@ -116,7 +121,7 @@ def resolve(image: str | None, **flags: str | None) -> None:
     runtime, program = _runtime(str(s["runtime"].value))
     reference = image if image is not None else str(s["image"].value or "")
     choice = resolving.choose(reference, runtime, program, s, os.environ)
-    resolving.fetch(choice, os.environ, int(str(s["min_free_gb"].value)), _say)
+    resolving.fetch(choice, s, os.environ, _say)
     click.echo(choice.image)
 
 
@@ -209,6 +214,7 @@ def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
+@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
 def build(
     recipe: str,
     output: str | None,
@@ -226,6 +232,7 @@ def build(
     a free-space check.
     """
     from ctrain.images import build as building
+    from ctrain.images import cachedir
 
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
@@ -243,6 +250,10 @@ def build(
     )
     sif = runtime in SIF_RUNTIMES
     building.build(
-        request, os.environ, _cache_choice(s) if sif else None, int(str(s["min_free_gb"].value))
+        request,
+        os.environ,
+        _cache_choice(s) if sif else None,
+        int(str(s["min_free_gb"].value)),
+        cachedir.build_tmpdir(s, os.environ),
     )
     click.echo(f"built {request.target}")

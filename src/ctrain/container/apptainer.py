@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ctrain.container.spec import Bind, RunSpec
-from ctrain.container.versions import RuntimeVersion
+from ctrain.container.versions import RuntimeVersion, needs
 from ctrain.errors import SpecError
 from ctrain.names import is_remote, runtime_reference
 
@@ -43,7 +43,7 @@ def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
             raise SpecError(
                 f"{key}={value!r} would be shell-evaluated by {version.text}, which has no "
                 f"{NO_EVAL} (values with $, ` or \\ do not arrive as given)",
-                "use Apptainer >= 1.1 or SingularityCE >= 3.10 (module load apptainer), "
+                f"use {needs(NO_EVAL)} (module load apptainer), "
                 "or pass the value in a file (--bind) instead",
             )
 

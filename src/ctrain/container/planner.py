@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import NoReturn
 from ctrain.container import versions
 from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Action
-from ctrain.images import cachedir, resolve
+from ctrain.images import resolve
 from ctrain.launch.jobenv import GpuEnv
 from ctrain.settings import Resolved
 from ctrain.util import proc
@@ -86,21 +85,14 @@ def plan(
 def _hold_overlay_lock(
     invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
 ) -> None:
-    """A read-write overlay is locked for the life of the container process (the fd survives
-    the exec)."""
+    """An overlay is locked as Apptainer locks it (read for ``:ro``, write for read-write), for
+    the life of the container process (the fd survives the exec)."""
     overlay = invocation.spec.overlay
-    if overlay is None or overlay.readonly:
+    if overlay is None:
         return
     from ctrain.images import overlay as overlays
 
-    holder = f"pid {os.getpid()} on {socket.gethostname()}"
-    job = environ.get("SLURM_JOB_ID")
-    overlays.acquire_rw_lock(
-        Path(overlay.path),
-        holder + (f", job {job}" if job else ""),
-        lock_dir=lambda: cachedir.lock_dir(s, environ),
-        environ=environ,
-    )
+    overlays.lock_overlay(Path(overlay.path), overlay.readonly)
 
 
 def run(
@@ -113,7 +105,7 @@ def run(
     """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
     take the overlay lock, then exec the invocation."""
     if planned.image.pull is not None:
-        resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
+        resolve.fetch(planned.image, s, environ, say)
         planned = again()
     invocation = planned.invocation
     _hold_overlay_lock(invocation, s, environ)

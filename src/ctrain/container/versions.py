@@ -30,6 +30,11 @@ FIRST_WITH: dict[Feature, dict[Flavour, Number | None]] = {
     "--no-eval": {"apptainer": (1, 1, 0), "singularity-ce": (3, 10, 0), "singularity": None},
     "--build-arg": {"apptainer": (1, 2, 0), "singularity-ce": (4, 0, 0), "singularity": None},
 }
+NAMES: dict[Flavour, str] = {
+    "apptainer": "Apptainer",
+    "singularity-ce": "SingularityCE",
+    "singularity": "Singularity",
+}
 VERSION_TIMEOUT = 30.0
 _LINE = re.compile(r"^(apptainer|singularity-ce|singularity) version v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -43,6 +48,16 @@ class RuntimeVersion:
     def has(self, feature: Feature) -> bool:
         first = FIRST_WITH[feature][self.flavour]
         return first is not None and self.number >= first
+
+
+def needs(feature: Feature) -> str:
+    """The releases that have ``feature``: ``Apptainer >= 1.2 or SingularityCE >= 4.0``."""
+    firsts = FIRST_WITH[feature].items()
+    return " or ".join(
+        f"{NAMES[flavour]} >= {'.'.join(map(str, first[:2]))}"
+        for flavour, first in firsts
+        if first is not None
+    )
 
 
 def version_argv(program: str) -> list[str]:
@@ -60,7 +75,7 @@ def parse_version(output: str, program: str) -> RuntimeVersion:
     shown = proc.last_line(output) or "nothing"
     raise ExternalToolError(
         f"cannot tell which release {program} is: `{program} --version` printed {shown!r}",
-        "load an Apptainer (>= 1.1) or SingularityCE (>= 3.10) module, "
+        f"load a module of {needs('--no-eval')}, "
         "or choose another runtime: --runtime docker|podman|host",
     )
 

@@ -1,20 +1,33 @@
 """``ctrain build``: an image from a recipe, with the cache kept out of $HOME and no partial
 target ever in place (apptainer builds go to a temporary name in the target's directory, are
-checked, then renamed)."""
+checked, then renamed).
+
+Checked before apptainer runs, because it would fail late or not at all: ``--build-arg`` and
+``%arguments`` need a release that has them (``container.versions``), and a
+``--build-arg`` the definition never uses (``{{ NAME }}`` outside ``#`` lines) is fatal in
+Apptainer. Apptainer's temporary space (``build-temp-*``) goes to the node-local
+``cachedir.build_tmpdir``; a stopped build passes SIGTERM/SIGINT on and waits for apptainer
+to remove it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.container.spec import parse_env_pair
-from ctrain.errors import ExternalToolError, SpecError
+from ctrain.container.versions import RuntimeVersion, installed_version, needs
+from ctrain.errors import ExternalToolError, Interrupted, SpecError
 from ctrain.images import cachedir
 from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote
 from ctrain.util import fs, proc
+
+_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
 @dataclass(frozen=True)
@@ -79,33 +92,83 @@ def check_request(request: BuildRequest) -> None:
         raise SpecError(f"directory {target.parent} does not exist", "create it first")
 
 
+def recipe_arguments(text: str) -> tuple[set[str], bool]:
+    """The ``{{ NAME }}`` a definition file uses and whether it has an ``%arguments`` section;
+    lines starting with ``#`` are left alone, as Apptainer leaves them."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    used = set(_PLACEHOLDER.findall("\n".join(lines)))
+    section = any(line.strip().split()[:1] == ["%arguments"] for line in lines)
+    return used, section
+
+
+def check_arguments(request: BuildRequest, recipe_text: str | None) -> bool:
+    """Refuse a ``--build-arg`` the definition does not use (``recipe_text`` None: a remote
+    source, which uses none); whether the build needs ``--build-arg`` support."""
+    used, section = recipe_arguments(recipe_text) if recipe_text is not None else (set(), False)
+    given = [parse_env_pair(pair, "--build-arg")[0] for pair in request.build_args]
+    unused = sorted(set(given) - used)
+    if unused:
+        where = "a remote source" if recipe_text is None else request.recipe
+        raise SpecError(
+            f"--build-arg {', '.join(unused)} not used by {where} (no {{{{ {unused[0]} }}}}); "
+            f"{request.runtime} build would stop on it",
+            "drop it, or use it in the definition",
+        )
+    return bool(given) or section
+
+
+def check_version(version: RuntimeVersion) -> None:
+    """A SpecError when the installed release has no ``--build-arg`` (nor ``%arguments``)."""
+    if not version.has("--build-arg"):
+        raise SpecError(
+            f"{version.text} has no --build-arg or %arguments (needs {needs('--build-arg')})",
+            f"upgrade to {needs('--build-arg')}, or write the values into the definition",
+        )
+
+
 def build(
     request: BuildRequest,
     environ: Mapping[str, str],
     cache: cachedir.CacheChoice | None,
     min_free_gb: int,
+    tmpdir: Path | None = None,
 ) -> None:
-    """Run the build, streaming its output to stderr; the target appears whole or not at all."""
+    """Run the build, streaming its output to stderr; the target appears whole or not at all.
+    ``tmpdir``: apptainer's temporary space (default: ``cachedir.node_local_tmp``)."""
     check_request(request)
     env = dict(environ)
+    if request.runtime in ENGINE_RUNTIMES:
+        _run(engine_build_argv(request), env, request.runtime, request.target)
+        return
+    local = not is_remote(request.recipe, "build")
+    text = Path(request.recipe).read_text(encoding="utf-8", errors="replace") if local else None
+    if check_arguments(request, text):
+        check_version(installed_version(request.program, env))
     if cache is not None:
         cachedir.ensure_dirs(cache)
         fs.check_free(cache.path, min_free_gb)
         env.update(cachedir.apptainer_env(cache))
-    if request.runtime in ENGINE_RUNTIMES:
-        _run(engine_build_argv(request), env, request.runtime)
-        return
+    temp_space = tmpdir or cachedir.node_local_tmp(environ)
+    cachedir.check_tmpdir(temp_space, min_free_gb)
+    env.update(cachedir.tmpdir_env(temp_space))
     target = Path(request.target)
     fs.check_free(target.parent, min_free_gb)
-    with fs.atomic(target, fs.temp_beside(target, "build")) as temp:
-        _run(sif_build_argv(request, temp), env, request.runtime)
+    in_use = cachedir.in_use(cache) if cache is not None else contextlib.nullcontext()
+    with in_use, fs.atomic(target, fs.temp_beside(target, "build")) as temp:
+        _run(sif_build_argv(request, temp), env, request.runtime, request.target)
         problem = check_sif(temp)
         if problem is not None:
             raise ExternalToolError(f"the built image is not usable: {problem}", "build it again")
 
 
-def _run(argv: list[str], env: Mapping[str, str], runtime: str) -> None:
-    code = proc.stream(argv, env, lambda line: print(line, end="", file=sys.stderr))
+def _run(argv: list[str], env: Mapping[str, str], runtime: str, target: str) -> None:
+    code, stopped = proc.stream_forwarding(
+        argv, env, lambda line: print(line, end="", file=sys.stderr)
+    )
+    if stopped is not None:
+        raise Interrupted(
+            f"build stopped by {stopped}; {target} was not written", "run the same build again"
+        )
     if code != 0:
         raise ExternalToolError(f"{runtime} build exited {code}", "read the build output above")
 

@@ -7,8 +7,10 @@ docker/podman pulls in ``docker/``.
 
 Cleaning goes by modification time. An image and its sidecar go together, by the image's age;
 ``*.lock`` files stay (removing a lock someone holds would let a second holder in); an image
-whose pull lock is held right now is skipped. Directories emptied by the clean go too, except
-the cache itself and its ``tmp/``.
+whose pull lock is held right now is skipped, and while any pull or build holds
+``in-use.lock`` (``cachedir.in_use``), so is what may be its work in progress: Apptainer's
+``cache/`` and ``tmp/``, ``tmp-copy-*``, ``build-temp-*`` and ctrain's temporary files.
+Directories emptied by the clean go too, except the cache itself and its ``tmp/``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from typing import Any
 
 from ctrain.errors import ConfigError
 from ctrain.images import sif
-from ctrain.images.cachedir import CacheChoice
+from ctrain.images.cachedir import CacheChoice, in_use_lock
 from ctrain.util import locks
 from ctrain.util.fs import human
 
+APPTAINER_WORK_DIRS = ("cache", "tmp")  # Apptainer's cache (CACHEDIR/cache) and CACHE/tmp
+APPTAINER_WORK_PREFIXES = ("tmp-copy-", "build-temp-")  # its files while it pulls or builds
+BUSY = "a pull or build is using the cache"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+)\s*([smhdw])\Z")
 DURATION_FIX = "write a number and a unit: 30d, 12h, 2w, 90m or 45s"
@@ -196,11 +201,23 @@ def _files(root: Path) -> Iterator[Path]:
 
 
 def _pull_target(path: Path) -> Path:
-    """The image a file belongs to: ``.x.sif.pull-123`` (a pull's temporary file) -> ``x.sif``."""
-    marker = ".pull-"
-    if path.name.startswith(".") and marker in path.name:
-        return path.with_name(path.name[1 : path.name.index(marker)])
+    """The image a file belongs to: ``.x.sif.pull-123`` (a pull's temporary file) or
+    ``.x.sif.build-123`` (a build's) -> ``x.sif``."""
+    for marker in (".pull-", ".build-"):
+        if path.name.startswith(".") and marker in path.name:
+            return path.with_name(path.name[1 : path.name.index(marker)])
     return path
+
+
+def _work_in_progress(root: Path, path: Path) -> bool:
+    """Whether ``path`` may belong to a pull or build that is running: Apptainer's own cache
+    and temporary space, its ``tmp-copy-*`` and ``build-temp-*``, ctrain's temporary files."""
+    parts = path.relative_to(root).parts
+    return (
+        parts[0] in APPTAINER_WORK_DIRS
+        or any(part.startswith(APPTAINER_WORK_PREFIXES) for part in parts)
+        or _pull_target(path) != path
+    )
 
 
 def plan_clean(root: Path, cutoff: float) -> CleanPlan:
@@ -211,6 +228,7 @@ def plan_clean(root: Path, cutoff: float) -> CleanPlan:
         return plan
     files = list(_files(root))
     present = set(files)
+    busy = locks.is_held(in_use_lock(root))
     for path in files:
         if path.name.endswith(".lock"):
             continue
@@ -221,6 +239,9 @@ def plan_clean(root: Path, cutoff: float) -> CleanPlan:
         except FileNotFoundError:
             continue
         if info.st_mtime >= cutoff:
+            continue
+        if busy and _work_in_progress(root, path):
+            plan.skipped.append((path, BUSY))
             continue
         group = [path]
         size = info.st_blocks * 512

@@ -1,25 +1,30 @@
 """Where Apptainer keeps its image cache and temporary files: never $HOME unless asked.
 
-``resolve_cache_dir`` is the one place the cache directory is decided (``lock_dir`` is inside
-it): a pure decision over the resolved settings, the environment passed in and an injected
-``exists``. ``ensure_dirs`` is the small function that touches the filesystem (free space:
-``ctrain.util.fs``).
+``resolve_cache_dir`` is the one place the cache directory is decided: a pure decision over
+the resolved settings, the environment passed in and an injected ``exists``. ``ensure_dirs``
+is the small function that touches the filesystem (free space: ``ctrain.util.fs``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
 from ctrain.settings import Resolved
+from ctrain.util import fs, locks
 
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")
 SCRATCH_ENVS = ("SCRATCH", "WORK")
 HOME_DEFAULT = Path(".apptainer") / "cache"
 """Apptainer's own default, relative to $HOME: only with --allow-home-cache."""
 NO_CACHE_FIX = "set CTRAIN_CACHE_DIR to a directory on scratch, or pass --allow-home-cache"
+IN_USE_LOCK = "in-use.lock"
+"""Shared-locked by every pull and build while it uses the cache (``cache clean`` checks it)."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,6 @@ def resolve_cache_dir(
     )
 
 
-def lock_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
-    """Where a lock goes when the directory of what it locks is read-only: ``locks/`` in the
-    cache directory (under $HOME too: a lock file holds one line)."""
-    return resolve_cache_dir(s, environ, accept_home=True).path / "locks"
-
-
 def apptainer_env(choice: CacheChoice) -> dict[str, str]:
     """Cache and tmp variables for Apptainer and for older Singularity releases."""
     cache, tmp = str(choice.path), str(choice.tmp)
@@ -146,6 +145,32 @@ def apptainer_env(choice: CacheChoice) -> dict[str, str]:
         "SINGULARITY_CACHEDIR": cache,
         "SINGULARITY_TMPDIR": tmp,
     }
+
+
+def build_tmpdir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+    """Where ``apptainer pull`` and ``build`` unpack layers and make squashfs (their
+    ``build-temp-*``): the ``build_tmpdir`` setting, else the node-local $TMPDIR, else /tmp;
+    never the cache's (often parallel) filesystem by default, where fakeroot builds fail."""
+    given = str(s["build_tmpdir"].value or "").strip()
+    return Path(given) if given else node_local_tmp(environ)
+
+
+def node_local_tmp(environ: Mapping[str, str]) -> Path:
+    """$TMPDIR (Slurm's per-job directory on the node), else /tmp."""
+    return Path(_value(environ, "TMPDIR") or "/tmp")
+
+
+def tmpdir_env(tmpdir: Path) -> dict[str, str]:
+    """``tmpdir`` for Apptainer and for SingularityCE (the same value: no mismatch warning)."""
+    return {"APPTAINER_TMPDIR": str(tmpdir), "SINGULARITY_TMPDIR": str(tmpdir)}
+
+
+def check_tmpdir(tmpdir: Path, min_free_gb: int) -> None:
+    """The build temporary directory exists and has ``min_free_gb`` GiB free."""
+    fix = "create it, or choose another with --tmpdir (CTRAIN_BUILD_TMPDIR)"
+    if not tmpdir.is_dir():
+        raise ConfigError(f"temporary directory {tmpdir} does not exist", fix)
+    fs.check_free(tmpdir, min_free_gb, fix)
 
 
 def ensure_dirs(choice: CacheChoice) -> None:
@@ -162,3 +187,24 @@ def ensure_dirs(choice: CacheChoice) -> None:
                 raise ConfigError(f"{path} exists and is not a directory", NO_CACHE_FIX) from None
         except OSError as exc:
             raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
+
+
+def in_use_lock(root: Path) -> Path:
+    return root / IN_USE_LOCK
+
+
+@contextlib.contextmanager
+def in_use(choice: CacheChoice) -> Iterator[None]:
+    """Hold a shared ``flock`` on ``CACHE/in-use.lock`` while a pull or build uses the cache:
+    ``cache clean`` sees it held (``locks.is_held``) and leaves work in progress alone."""
+    path = in_use_lock(choice.path)
+    try:
+        choice.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = locks.open_lock(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)

@@ -1,33 +1,33 @@
-"""Writable overlay images: ``ctrain overlay create`` and the lock a read-write user holds.
+"""Writable overlay images: ``ctrain overlay create`` and the lock an overlay's user holds.
 
 An overlay is an ext3 image holding ``upper/`` and ``work/`` at its root, owned by the user.
-With apptainer on PATH (and no ``--inodes``, which it cannot set) ctrain runs its own
-``apptainer overlay create``; otherwise e2fsprogs builds one: a file made sparse (truncate) or
-allocated (fallocate), then ``mkfs.ext3 -d STAGE`` from a staging directory. Either way the
-image is built under ``.<name>.create-<token>`` and linked into place, so PATH never holds half
-an overlay and an existing PATH is never replaced.
+ctrain always makes it itself with e2fsprogs, apptainer on PATH or not: a file made sparse
+(truncate) or allocated (fallocate), then ``mkfs.ext3 -m 0 -d STAGE``. ``apptainer overlay
+create`` would reserve 5% of the blocks for root (useless in an overlay) and, without
+``--sparse``, write every byte; it runs the same ``mkfs.ext3 -d``, so it needs nothing ctrain's
+path lacks. The image is built under ``.<name>.create-<token>`` and linked into place, so PATH
+never holds half an overlay and an existing PATH is never replaced.
 
-``acquire_rw_lock`` takes ``flock(LOCK_EX|LOCK_NB)`` on ``<overlay>.lock`` (or on a lock file in
-the cache when the overlay's directory is read-only) and returns the fd marked inheritable: it
-survives ``ctrain exec``'s exec, so the lock is held exactly as long as the container process.
+``lock_overlay`` takes the fcntl lock Apptainer takes on the image file (read for ``:ro``,
+write for read-write) before ctrain execs the runtime, so a conflict is refused with a true
+message before Apptainer starts, and the lock lasts as long as the container process.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import math
 import os
 import re
+import struct
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.util import fs, locks, proc
+from ctrain.util import fs, proc
 
 MIB = 1024**2
 MIN_SIZE = 64 * MIB
@@ -37,15 +37,13 @@ INODE_BYTES = 256  # mke2fs's default inode size: the inode tables must fit in h
 SBIN = ("/usr/sbin", "/sbin")  # where Debian and RHEL keep mkfs.ext3, often off a user's PATH
 MKFS_TIMEOUT = 900.0
 MKFS_FIX = "check the directory and the options"
-MKFS_OLD_FIX = "install e2fsprogs 1.43 or newer (mkfs.ext3 -d), or use apptainer overlay create"
+MKFS_OLD_FIX = "install e2fsprogs 1.43 or newer (mkfs.ext3 -d)"
 TEMP_TAG = "create"  # overlays are built as .<name>.create-<token>
 SIZE_FIX = "write it like 15G, 512M or 1T (binary units; a bare number is MiB)"
 
 _UNITS = {"": MIB, "k": 1024, "m": MIB, "g": 1024**3, "t": 1024**4}
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\Z", re.IGNORECASE)
 _COUNT = re.compile(r"(\d+(?:\.\d+)?)\s*([km]?)\Z", re.IGNORECASE)
-
-Method = Literal["apptainer", "e2fsprogs"]
 
 
 def parse_size(text: str) -> int:
@@ -85,13 +83,6 @@ def max_inodes(size: int) -> int:
 # argv builders
 
 
-def apptainer_create_argv(program: str, path: Path, size: int, sparse: bool) -> list[str]:
-    return [
-        program, "overlay", "create", "--size", str(size // MIB),
-        *(["--sparse"] if sparse else []), str(path),
-    ]  # fmt: skip
-
-
 def mkfs_argv(
     program: str,
     image: Path,
@@ -126,8 +117,7 @@ class CreatePlan:
     size: int  # bytes, whole MiB
     inodes: int | None
     sparse: bool
-    method: Method
-    program: str
+    program: str  # mkfs.ext3
 
 
 def plan_create(
@@ -164,16 +154,13 @@ def plan_create(
             f"not enough free space in {path.parent} for {fs.human(size)}",
             "free some space, choose a smaller --size, or add --sparse",
         )
-    apptainer = which("apptainer") if inodes is None else None
-    if apptainer:
-        return CreatePlan(path, size, inodes, sparse, "apptainer", apptainer)
     mkfs = which("mkfs.ext3")
     if not mkfs:
         raise ExternalToolError(
-            "neither apptainer nor mkfs.ext3 is available to make the overlay",
-            "install e2fsprogs (apt-get install e2fsprogs) or load the site's apptainer module",
+            "mkfs.ext3 is not available to make the overlay",
+            "install e2fsprogs (apt-get install e2fsprogs, dnf install e2fsprogs)",
         )
-    return CreatePlan(path, size, inodes, sparse, "e2fsprogs", mkfs)
+    return CreatePlan(path, size, inodes, sparse, mkfs)
 
 
 def _allocate(path: Path, size: int, sparse: bool) -> None:
@@ -205,14 +192,6 @@ def _mkfs(plan: CreatePlan, image: Path, uid: int, gid: int, environ: Mapping[st
             raise
 
 
-def _apptainer_create(plan: CreatePlan, image: Path, environ: Mapping[str, str]) -> None:
-    argv = apptainer_create_argv(plan.program, image, plan.size, plan.sparse)
-    fix = "run it by hand: " + " ".join(argv[:-1] + [str(plan.path)])
-    proc.check(argv, environ, MKFS_TIMEOUT, what="apptainer overlay create", fix=fix)
-    if not image.is_file():
-        raise ExternalToolError("apptainer overlay create made no image file", fix)
-
-
 def create(plan: CreatePlan, uid: int, gid: int, environ: Mapping[str, str]) -> None:
     """Build the overlay ``plan`` describes; on any failure nothing is left at ``plan.path``.
 
@@ -230,10 +209,7 @@ def create(plan: CreatePlan, uid: int, gid: int, environ: Mapping[str, str]) -> 
         fs.remove_leftovers(plan.path.parent, fs.temp_prefix(plan.path, TEMP_TAG))
         temp = fs.temp_beside(plan.path, TEMP_TAG)
         with fs.atomic(plan.path, temp, replace=False):
-            if plan.method == "apptainer":
-                _apptainer_create(plan, temp, environ)
-            else:
-                _mkfs(plan, temp, uid, gid, environ)
+            _mkfs(plan, temp, uid, gid, environ)
     except FileExistsError:
         raise ConfigError(
             f"{plan.path} appeared while the overlay was built", "choose another path"
@@ -246,73 +222,77 @@ def create(plan: CreatePlan, uid: int, gid: int, environ: Mapping[str, str]) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# The read-write lock
+# The lock Apptainer takes
+
+# struct flock on 64-bit Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (pid_t).
+_FLOCK = struct.Struct("hhqqi")
 
 
-def lock_file_for(overlay: Path) -> Path:
-    return overlay.with_name(overlay.name + ".lock")
-
-
-def fallback_lock_file(overlay: Path, lock_dir: Path) -> Path:
-    """The lock for an overlay in a read-only directory: one file per overlay path."""
-    key = hashlib.sha256(str(overlay).encode()).hexdigest()[:16]
-    return lock_dir / f"overlay-{key}-{overlay.name}.lock"
-
-
-def _open_lock(overlay: Path, lock_dir: Callable[[], Path]) -> tuple[int, Path]:
-    primary = lock_file_for(overlay)
+def _blocker(fd: int, readonly: bool) -> tuple[bool, int]:
+    """(whether the conflicting lock is a writer's, its pid) from F_GETLK."""
+    wanted = fcntl.F_RDLCK if readonly else fcntl.F_WRLCK
     try:
-        return locks.open_lock(primary), primary
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise ConfigError(
-                f"cannot open the lock file {primary}: {exc.strerror}", f"check {overlay.parent}"
-            ) from exc
-    directory = lock_dir()
-    fallback = fallback_lock_file(overlay, directory)
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return locks.open_lock(fallback), fallback
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the lock file {fallback}: {exc.strerror}",
-            "set CTRAIN_CACHE_DIR to a writable directory",
-        ) from exc
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(wanted, os.SEEK_SET, 0, 0, 0))
+    except OSError:
+        return not readonly, 0
+    kind, _, _, _, pid = _FLOCK.unpack(answer)
+    if kind == fcntl.F_UNLCK:  # released between the two calls: still say who might have it
+        return not readonly, 0
+    return kind == fcntl.F_WRLCK, pid
 
 
-def acquire_rw_lock(
-    path: Path,
-    holder: str,
-    *,
-    lock_dir: Callable[[], Path],
-    environ: Mapping[str, str] | None = None,
-) -> int:
-    """Lock overlay ``path`` for one read-write user; return the lock's fd, inheritable.
+def refusal(overlay: Path, readonly: bool, writer: bool, pid: int) -> LaunchError:
+    """What a user is told when Apptainer would refuse the overlay: the rule and the fix."""
+    who = f"pid {pid}" if pid > 0 else "another process"
+    if writer:
+        held = f"overlay {overlay} is in use read-write by {who}"
+        if readonly:
+            return LaunchError(
+                f"{held}; Apptainer refuses a read-only mount while a writer runs",
+                "wait for that job to end, or give this one its own overlay "
+                "(ctrain overlay create)",
+            )
+        return LaunchError(
+            f"{held}; Apptainer allows one writer at a time",
+            "give each job its own overlay (ctrain overlay create), or wait for that job to end",
+        )
+    return LaunchError(
+        f"overlay {overlay} is in use read-only by {who} (maybe more); "
+        "Apptainer refuses a writer while readers use it",
+        f"mount it read-only as well (--overlay {overlay}:ro), or wait until no job uses it",
+    )
 
-    The lock lasts while any process holds the fd: keep it open across ``os.execvpe``. A second
-    user gets a LaunchError naming ``holder`` of the first (what it wrote into the lock file)
-    and suggesting ``:ro``. ``lock_dir`` gives the directory to lock in when ``path``'s own is
-    read-only (``cachedir.lock_dir``); it is asked only then."""
-    env = os.environ if environ is None else environ
+
+def lock_overlay(path: Path, readonly: bool) -> int | None:
+    """Lock overlay ``path`` as Apptainer does: an fcntl read lock on the whole file for
+    ``:ro``, a write lock for read-write (many readers or one writer). Returns the lock's fd,
+    inheritable: fcntl locks survive ``os.execvpe``, so ctrain holds it until the container
+    process ends. A conflict is a LaunchError saying what Apptainer would do; a filesystem
+    without locks (ENOLCK) gets no lock and no message, as with Apptainer."""
     overlay = path.expanduser().resolve()
-    fd, _ = _open_lock(overlay, lock_dir)
+    mode = "read" if readonly else "read and write"
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        who = locks.read_holder(fd) or "another process (it recorded no name)"
+        fd = os.open(overlay, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC)
+    except OSError as exc:
+        fix = "check its permissions" + ("" if readonly else f", or use --overlay {overlay}:ro")
+        raise LaunchError(f"cannot open overlay {overlay} to {mode}: {exc.strerror}", fix) from exc
+    try:
+        fcntl.lockf(fd, (fcntl.LOCK_SH if readonly else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno == errno.ENOLCK:
+            os.close(fd)
+            return None
+        if exc.errno not in (errno.EACCES, errno.EAGAIN):
+            os.close(fd)
+            raise LaunchError(f"cannot lock overlay {overlay}: {exc.strerror}", "check it") from exc
+        writer, pid = _blocker(fd, readonly)
         os.close(fd)
-        raise LaunchError(
-            f"overlay {overlay} is in use read-write by {who}",
-            f"use it read-only (--overlay {overlay}:ro), give each job its own overlay, "
-            "or wait for that job to end",
-        ) from None
-    locks.write_holder(fd, holder or locks.describe_holder("ctrain", env))
+        raise refusal(overlay, readonly, writer, pid) from None
     os.set_inheritable(fd, True)
     return fd
 
 
 def describe_overlay(plan: CreatePlan) -> str:
-    how = "apptainer overlay create" if plan.method == "apptainer" else "mkfs.ext3"
     inodes = f", {plan.inodes} inodes" if plan.inodes is not None else ""
     sparse = ", sparse" if plan.sparse else ""
-    return f"{plan.path}: {fs.human(plan.size)} ext3 overlay{sparse}{inodes} ({how})"
+    return f"{plan.path}: {fs.human(plan.size)} ext3 overlay{sparse}{inodes}, no reserved blocks"

@@ -1,11 +1,15 @@
 """``ctrain pull``: check the reference, plan where the image goes, pull it under a lock.
 
-A SIF pull (apptainer, singularity) downloads to ``.<name>.pull-<token>`` next to the target,
+A SIF pull (apptainer, singularity) runs ``<runtime> pull --disable-cache`` into
+``.<name>.pull-<token>`` next to the target (stored once, not also in Apptainer's cache),
 checks the SIF header and ``<runtime> inspect``, then renames over the target (``util.fs``): the
 target never holds a partial file, and a pull killed at any moment leaves the previous one
-intact. The next pull of the same target removes such leftovers. Whether a target is reused,
-pulled again or refused, and the sidecar record written beside it, are ``images.sif``'s; what
-docker's output says is ``images.engine``'s.
+intact. The next pull of the same target removes such leftovers. Apptainer's own temporary
+space is node-local (``cachedir.build_tmpdir``); SIGTERM/SIGINT/SIGHUP are passed to it and
+ctrain waits while it removes its ``build-temp-*`` (``proc.stream_forwarding``). While it
+runs, the pull holds ``cachedir.in_use`` so ``cache clean`` leaves its work alone. Whether a
+target is reused, pulled again or refused, and the sidecar record written beside it, are
+``images.sif``'s; what docker's output says is ``images.engine``'s.
 
 A Docker (or Podman) pull is ``docker pull REF`` and ``docker image inspect REF``; the image lives
 in the engine's store, the sidecar in ``CACHE/docker/``.
@@ -25,6 +29,7 @@ import os
 import re
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +75,7 @@ from ctrain.util import fs, locks, proc
 
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
+TAIL_LINES = 40  # of apptainer pull's output, kept for the error message
 TEMP_TAG = "pull"  # temporary files are .<name>.pull-<token>
 
 _ENGINE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*\Z")
@@ -242,8 +248,11 @@ def pull(
     environ: Mapping[str, str],
     min_free_gb: int,
     say: Callable[[str], None],
+    *,
+    tmpdir: Path | None = None,
 ) -> PullResult:
-    """Run the pull ``plan``; progress goes to ``say``."""
+    """Run the pull ``plan``; progress goes to ``say``. ``tmpdir``: apptainer's temporary space
+    (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -263,9 +272,12 @@ def pull(
         if action == "reuse" and sidecar is not None:
             return PullResult(str(target), False, sidecar, reason)
         fs.check_free(target.parent, min_free_gb)
-        fs.check_free(cache.tmp, min_free_gb)
+        temp_space = tmpdir or cachedir.node_local_tmp(environ)
+        cachedir.check_tmpdir(temp_space, min_free_gb)
+        env = {**environ, **cachedir.apptainer_env(cache), **cachedir.tmpdir_env(temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
-        return _pull_sif(plan, target, {**environ, **cachedir.apptainer_env(cache)}, reason)
+        with cachedir.in_use(cache):
+            return _pull_sif(plan, target, env, reason)
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
@@ -300,13 +312,20 @@ def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str)
 def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
     """Pull into ``temp`` and check the result; its size in bytes."""
     untouched = "the previous image is untouched"
-    proc.check(
-        sif_pull_argv(plan.program, temp, plan.ref, plan.force),
-        env,
-        PULL_TIMEOUT,
-        what=f"{plan.runtime} pull {plan.ref}",
-        fix=f"check the reference, the network and the registry login; {untouched}",
+    said: deque[str] = deque(maxlen=TAIL_LINES)
+    code, stopped = proc.stream_forwarding(
+        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, said.append
     )
+    if stopped is not None:
+        raise Interrupted(
+            f"pull stopped by {stopped}; {untouched}", "run the same ctrain pull again"
+        )
+    if code != 0:
+        raise ExternalToolError(
+            f"{plan.runtime} pull {plan.ref} failed: "
+            + (proc.last_line("".join(said)) or f"exit code {code}"),
+            f"check the reference, the network and the registry login; {untouched}",
+        )
     problem = check_sif(temp)
     if problem:
         raise ExternalToolError(

@@ -98,12 +98,15 @@ def choose(
 
 def fetch(
     choice: ImageChoice,
+    s: Mapping[str, Resolved],
     environ: Mapping[str, str],
-    min_free_gb: int,
     say: Callable[[str], None],
 ) -> None:
-    """Run ``choice``'s pull, if it has one (waits for a concurrent pull of the same file)."""
+    """Run ``choice``'s pull, if it has one, as ``ctrain pull`` would with these settings (free
+    space, apptainer's temporary space); it waits for a concurrent pull of the same file."""
     if choice.pull is None or choice.cache is None:
         return
     cachedir.ensure_dirs(choice.cache)
-    pull(choice.pull, choice.cache, environ, min_free_gb, say)
+    min_free_gb = int(str(s["min_free_gb"].value))
+    tmpdir = cachedir.build_tmpdir(s, environ)
+    pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=tmpdir)

@@ -31,6 +31,8 @@ ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
 SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
 SIF_MAGIC = b"SIF_MAGIC\x00"
 SIF_MAGIC_OFFSET = 32
+SIF_VERSION = b"01\x00"  # the only version the sif loader accepts
+DESCRIPTOR_SIZE = 585  # bytes of one descriptor: the loader reads total x 585 from the offset
 
 
 def sidecar_of(target: Path) -> Path:
@@ -42,7 +44,8 @@ def lock_of(target: Path) -> Path:
 
 
 def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
-    return [program, "pull", *(["--force"] if force else []), str(temp), ref]
+    """Straight into ``temp``, not through Apptainer's cache: the image is stored once."""
+    return [program, "pull", "--disable-cache", *(["--force"] if force else []), str(temp), ref]
 
 
 def sif_inspect_argv(program: str, path: Path) -> list[str]:
@@ -62,10 +65,14 @@ def sif_problem(header: bytes, file_size: int) -> str | None:
     )
     if magic != SIF_MAGIC:
         return f"no SIF_MAGIC at byte {SIF_MAGIC_OFFSET}: not a SIF image"
-    if not version.rstrip(b"\x00").isdigit():
-        return f"unreadable SIF version {version!r}"
+    if version != SIF_VERSION:
+        shown = version.rstrip(b"\x00").decode("ascii", "replace")
+        return f"SIF version {shown!r}, not 01 (the only one Apptainer reads)"
     if min(free, total, desc_len, data_off, data_len) < 0 or desc_off < SIF_HEADER.size:
         return "malformed SIF header"
+    if desc_len != total * DESCRIPTOR_SIZE:
+        each = DESCRIPTOR_SIZE
+        return f"malformed SIF header: {total} descriptors in {desc_len} bytes, not {each} each"
     end = max(desc_off + desc_len, data_off + data_len)
     if end > file_size:
         return f"truncated: its header describes {end} bytes, the file has {file_size}"

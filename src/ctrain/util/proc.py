@@ -162,3 +162,88 @@ def stream(
             f"{' '.join(argv[:3])}... did not finish within {timeout} s", "give it more time"
         )
     return code
+
+
+STOP_GRACE = 60.0
+"""Seconds a child that was passed SIGTERM/SIGINT/SIGHUP gets to clean up before SIGKILL."""
+
+
+def stream_forwarding(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    on_line: Callable[[str], None],
+    grace: float = STOP_GRACE,
+) -> tuple[int, str | None]:
+    """``stream`` for a child that must clean up when stopped (``apptainer pull`` and
+    ``build`` remove their ``build-temp-*`` on SIGINT/SIGTERM, not on SIGKILL): SIGTERM,
+    SIGINT and SIGHUP sent to ctrain are passed to the child, ctrain waits for it to exit, and
+    SIGKILLs it only ``grace`` seconds after the first signal. Returns (exit code, the name of
+    the signal that stopped it or None). Signals are forwarded from the main thread only."""
+    import signal
+    import threading
+
+    received: list[signal.Signals] = []
+    children: list[subprocess.Popen[str]] = []  # the child, once started
+
+    def kill() -> None:
+        for child in children:
+            child.kill()
+
+    killer = threading.Timer(grace, kill)
+    killer.daemon = True
+
+    def forward(signum: int, frame: object) -> None:
+        if not received:
+            killer.start()
+        received.append(signal.Signals(signum))
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+    wanted = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, forward) for sig in wanted} if in_main else {}
+    try:
+        code = _wait_forwarded(argv, env, on_line, children, received)
+    finally:
+        killer.cancel()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    return code, received[0].name if received else None
+
+
+def _wait_forwarded(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    on_line: Callable[[str], None],
+    children: list[subprocess.Popen[str]],
+    received: Sequence[int],
+) -> int:
+    """Start ``argv`` into ``children`` (signals that came before are passed on now), stream
+    its lines, and wait for it."""
+    import subprocess
+
+    try:
+        child = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+    except FileNotFoundError as exc:
+        raise _not_found(argv[0], exc) from exc
+    children.append(child)
+    for signum in list(received):
+        child.send_signal(signum)
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            on_line(line)
+        return child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.runtimes import Invocation, Request, describe, plan_invocation
-from ctrain.container.versions import RuntimeVersion, parse_version
+from ctrain.container.versions import RuntimeVersion, needs, parse_version
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
@@ -61,7 +61,7 @@ def test_version_output_is_parsed(output: str, flavour: str, number: tuple[int, 
 def test_an_unreadable_version_is_one_error_with_the_fix() -> None:
     with pytest.raises(ExternalToolError, match="cannot tell which release") as caught:
         parse_version("2.6.1-dist\n", "singularity")
-    assert "Apptainer (>= 1.1)" in caught.value.fix
+    assert "Apptainer >= 1.1 or SingularityCE >= 3.10" in caught.value.fix
 
 
 @pytest.mark.parametrize(
@@ -215,3 +215,7 @@ def test_dry_run_lines_show_every_variable_the_runtime_process_gets(tmp_path: Pa
     assert "  runtime env APPTAINER_CACHEDIR=/c" in lines
     assert not any("APPTAINERENV_" in line for line in lines[2:])
     assert len(lines) == 2 + len(got.added) + 1
+
+
+def test_needs_names_the_first_releases_of_a_feature() -> None:
+    assert needs("--build-arg") == "Apptainer >= 1.2 or SingularityCE >= 4.0"

@@ -1,5 +1,6 @@
-"""`ctrain build` with the stand-in apptainer: argv, cache placement, and a target that appears
-whole or not at all. (A real docker build is in tests/integration/test_build_docker.py.)"""
+"""`ctrain build` with the stand-in apptainer: argv, cache and temporary space, the checks
+made before apptainer runs (--build-arg support by version, unused --build-arg), and a target
+that appears whole or not at all. (A real docker build: tests/integration/test_build_docker.py.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ctrain.images.build import (
     check_request,
     default_target,
     engine_build_argv,
+    recipe_arguments,
     sif_build_argv,
 )
 from tests import fake_apptainer
@@ -27,7 +29,9 @@ def env(tmp_path: Path) -> dict[str, str]:
         FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
         CTRAIN_CACHE_DIR=str(tmp_path / "cache"),
         CTRAIN_MIN_FREE_GB="1",
+        TMPDIR=str(tmp_path / "node-tmp"),
     )
+    (tmp_path / "node-tmp").mkdir()
     fake_apptainer.install(box.bin)
     (tmp_path / "ctrain.def").write_text(
         "Bootstrap: docker-daemon\nFrom: ctrain:{{ V }}\n\n%arguments\n    V=0.1.0\n"
@@ -75,9 +79,13 @@ def test_build_lands_whole_with_the_cache_out_of_home(tmp_path: Path, env: dict[
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out.sif").read_bytes()[32:41] == b"SIF_MAGIC"
     assert [p.name for p in tmp_path.glob(".out.sif.build-*")] == []
-    (call,) = fake_apptainer.calls(tmp_path / "calls.jsonl")
+    version, call = fake_apptainer.calls(tmp_path / "calls.jsonl")
+    assert version["argv"] == ["--version"]  # --build-arg: checked that this release has it
     assert call["argv"][:3] == ["build", "--build-arg", "V=2"]  # type: ignore[index]
     assert call["env"]["APPTAINER_CACHEDIR"] == str(tmp_path / "cache")  # type: ignore[index]
+    node_tmp = str(tmp_path / "node-tmp")  # apptainer's build-temp-* on the node, not the cache
+    assert call["env"]["APPTAINER_TMPDIR"] == node_tmp  # type: ignore[index]
+    assert call["env"]["SINGULARITY_TMPDIR"] == node_tmp  # type: ignore[index]
     assert "Build complete" in done.stderr
     assert done.stdout == "built out.sif\n"  # the result on stdout, like pull and overlay create
 
@@ -118,3 +126,109 @@ def test_refusals_write_nothing(tmp_path: Path, env: dict[str, str]) -> None:
 def test_engine_builds_tags_not_files() -> None:
     with pytest.raises(SpecError, match="image tag"):
         check_request(BuildRequest("docker", "docker", __file__, "out.sif"))
+
+
+def test_recipe_arguments_skip_comment_lines() -> None:
+    text = "From: x:{{ A }}\n# {{ B }}\n%post\n  echo {{C}}\n  %arguments\n"
+    assert recipe_arguments(text) == ({"A", "C"}, True)
+    assert recipe_arguments("From: x\n#%arguments\n") == (set(), False)
+
+
+OLD_APPTAINER = """#!/bin/sh
+# An Apptainer release before --build-arg (1.2): it would reject the flag after a long start.
+if [ "$1" = --version ]; then echo "$VERSION_LINE"; exit 0; fi
+echo "$*" >> "$CALLED"
+exit 255
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "refused"),
+    [
+        ("apptainer version 1.1.9", True),
+        ("singularity-ce version 3.11.5", True),
+        ("singularity version 3.8.7", True),
+        ("apptainer version 1.2.0", False),
+        ("singularity-ce version 4.0.0", False),
+    ],
+)
+def test_build_args_need_a_release_that_has_them(
+    tmp_path: Path, env: dict[str, str], line: str, refused: bool
+) -> None:
+    program = tmp_path / "bin" / "apptainer"
+    program.write_text(OLD_APPTAINER)
+    program.chmod(0o755)
+    called = tmp_path / "called"
+    done = ctrain(
+        tmp_path, env, "ctrain.def", "-o", "out.sif", VERSION_LINE=line, CALLED=str(called)
+    )
+    if refused:  # %arguments alone needs the release too
+        assert done.returncode == 2 and not called.exists()
+        assert done.stderr.strip() == (
+            f"ctrain: error: {line} has no --build-arg or %arguments (needs Apptainer >= 1.2 "
+            "or SingularityCE >= 4.0) Fix: upgrade to Apptainer >= 1.2 or SingularityCE >= 4.0, "
+            "or write the values into the definition"
+        )
+    else:
+        assert "build exited 255" in done.stderr and called.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "refused"),
+    [
+        ("apptainer", "1.1.9", True),
+        ("apptainer", "1.2.0", False),
+        ("singularity", "3.11.5", True),
+        ("singularity", "4.0.0", False),
+    ],
+)
+def test_the_stand_in_release_decides_build_args(
+    tmp_path: Path, env: dict[str, str], name: str, version: str, refused: bool
+) -> None:
+    fake_apptainer.install(tmp_path / "bin", name)
+    done = ctrain(
+        tmp_path, env, "ctrain.def", "-o", "out.sif", "--build-arg", "V=2",
+        "--runtime", name, FAKE_APPTAINER_VERSION=version,
+    )  # fmt: skip
+    builds = [
+        c for c in fake_apptainer.calls(tmp_path / "calls.jsonl") if "build" in c.get("argv", [])
+    ]
+    if refused:
+        assert done.returncode == 2 and "has no --build-arg or %arguments" in done.stderr
+        assert builds == []
+    else:
+        assert done.returncode == 0, done.stderr
+        assert len(builds) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("ctrain.def", "--build-arg", "V=1", "--build-arg", "X=2"), "--build-arg X not used by"),
+        (("docker://debian:12", "--build-arg", "V=1"), "--build-arg V not used by a remote source"),
+    ],
+)
+def test_an_unused_build_arg_is_refused_before_apptainer_runs(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...], words: str
+) -> None:
+    done = ctrain(tmp_path, env, *args, "-o", "out.sif")
+    assert done.returncode == 2
+    assert words in done.stderr and done.stderr.count("\n") == 1
+    assert fake_apptainer.calls(tmp_path / "calls.jsonl") == []
+
+
+def test_tmpdir_setting_and_its_check(tmp_path: Path, env: dict[str, str]) -> None:
+    chosen = tmp_path / "local"
+    chosen.mkdir()
+    done = ctrain(tmp_path, env, "docker://debian:12", "-o", "a.sif", "--tmpdir", str(chosen))
+    assert done.returncode == 0, done.stderr
+    done = ctrain(
+        tmp_path, env, "docker://debian:12", "-o", "b.sif", CTRAIN_BUILD_TMPDIR=str(chosen)
+    )
+    assert done.returncode == 0, done.stderr
+    calls = [c for c in fake_apptainer.calls(tmp_path / "calls.jsonl") if "argv" in c]
+    assert [c["env"]["APPTAINER_TMPDIR"] for c in calls] == [str(chosen)] * 2  # type: ignore[index]
+    done = ctrain(tmp_path, env, "docker://debian:12", "-o", "c.sif", "--tmpdir", "/nonexistent")
+    assert done.returncode == 2
+    assert "temporary directory /nonexistent does not exist" in done.stderr
+    assert "--tmpdir (CTRAIN_BUILD_TMPDIR)" in done.stderr

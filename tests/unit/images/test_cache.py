@@ -1,10 +1,12 @@
 """cache.py and ``ctrain cache info|clean``: durations, what clean selects (images with their
-sidecars, never lock files, never an image a pull holds), dry runs, and the info listing."""
+sidecars, never lock files, never an image a pull holds, never the work of a running pull or
+build), dry runs, and the info listing."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +18,8 @@ import pytest
 from ctrain.errors import ConfigError
 from ctrain.images import cache, sif
 from ctrain.images.cachedir import CacheChoice
-from tests.helpers import run_ctrain, sandbox, snapshot
+from tests import fake_apptainer
+from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
 
 DAY = 86400
 NOW = time.time()
@@ -263,6 +266,44 @@ def test_cli_info_json(root: Path) -> None:
     assert data["path"] == str(root) and data["source"] == "env CTRAIN_CACHE_DIR"
     flagged = ctrain_cache(root, "info", "--cache-dir", str(root / "images"))
     assert flagged.stdout.splitlines()[0] == f"cache   {root / 'images'}  (flag)"
+
+
+WORK = [  # what a running pull or build may be using, all older than the age given
+    "cache/blob/blobs/sha256/dddd",
+    "tmp/build-temp-123/rootfs/etc/passwd",
+    "images/tmp-copy-456",
+    "images/.other.sif.build-1-abcd1234",
+]
+
+
+def test_cli_clean_keeps_the_work_of_a_running_pull(tmp_path: Path) -> None:
+    r = tmp_path / "cache"
+    for name in WORK:
+        put(r / name, age_days=60)
+    box = sandbox(
+        tmp_path,
+        CTRAIN_CACHE_DIR=str(r),
+        CTRAIN_MIN_FREE_GB="1",
+        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
+        FAKE_APPTAINER_DELAY="60",
+    )
+    fake_apptainer.install(box.bin)
+    pulling = start_ctrain("pull", "docker://registry.example/x:1", env=box.env, cwd=tmp_path)
+    try:
+        wait_for(lambda: any((r / "images").glob(".*.pull-*")), "the pull to start", 30)
+        done = run_ctrain("cache", "clean", "--older-than", "0s", env=box.env)
+        assert done.returncode == 0, done.stderr
+        kept = [line for line in done.stdout.splitlines() if line.startswith("kept")]
+        temp = next((r / "images").glob(".*.pull-*")).relative_to(r)
+        assert sorted(line.split()[1][:-1] for line in kept) == sorted([*WORK, str(temp)])
+        assert all(line.endswith(": a pull or build is using the cache") for line in kept)
+        assert all((r / name).exists() for name in WORK)
+    finally:
+        pulling.send_signal(signal.SIGTERM)  # passed on to apptainer, which stops
+        pulling.communicate(timeout=60)
+    done = run_ctrain("cache", "clean", "--older-than", "0s", env=box.env)
+    assert done.returncode == 0, done.stderr
+    assert not any((r / name).exists() for name in WORK)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ from ctrain.images.cachedir import (
     apptainer_env,
     ensure_dirs,
     is_under,
-    lock_dir,
     resolve_cache_dir,
 )
 from ctrain.settings import Resolved, resolve
@@ -174,17 +173,6 @@ def test_a_caller_storing_only_records_accepts_home() -> None:
         resolve_cache_dir(settings(environ), environ, exists)
     got = resolve_cache_dir(settings(environ), environ, exists, accept_home=True)
     assert got == CacheChoice(Path(HOME) / ".apptainer" / "cache", "$HOME default", True)
-
-
-def test_lock_dir_is_in_the_cache_dir_a_config_file_names(tmp_path: Path) -> None:
-    (tmp_path / "ctrain.toml").write_text(f'cache_dir = "{tmp_path / "cache"}"\n')
-    environ = {"HOME": str(tmp_path / "home")}
-    assert lock_dir(settings(environ, cwd=tmp_path), environ) == tmp_path / "cache" / "locks"
-    # Nothing configured: a lock is a few bytes, $HOME is fine without --allow-home-cache.
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    home_cache = tmp_path / "home" / ".apptainer" / "cache"
-    assert lock_dir(settings(environ, cwd=empty), environ) == home_cache / "locks"
 
 
 def test_error_lists_every_choice_tried() -> None:

@@ -1,15 +1,15 @@
-"""overlay.py: sizes, inode counts, argv, refusals (one line, nothing written), creation with the
-fake apptainer, and the read-write lock between processes (held across exec, named, :ro)."""
+"""overlay.py: sizes, inode counts, argv, refusals (one line, nothing written), creation by
+ctrain itself with apptainer on PATH (dumpe2fs), and Apptainer's fcntl lock between real
+processes (many readers or one writer, held across exec)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +18,7 @@ import pytest
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import overlay
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox
+from tests.helpers import run_ctrain, sandbox, wait_for
 
 MIB = 1024**2
 GIB = 1024**3
@@ -82,12 +82,6 @@ def test_parse_inodes_refuses(text: str) -> None:
 @pytest.mark.parametrize("name", WEIRD)
 def test_argv_golden(name: str) -> None:
     path = Path("/scratch") / name / "o.img"
-    assert overlay.apptainer_create_argv("apptainer", path, 15 * GIB, False) == [
-        "apptainer", "overlay", "create", "--size", "15360", str(path),
-    ]  # fmt: skip
-    assert overlay.apptainer_create_argv("/opt/bin/apptainer", path, 64 * MIB, True) == [
-        "/opt/bin/apptainer", "overlay", "create", "--size", "64", "--sparse", str(path),
-    ]  # fmt: skip
     stage = Path("/tmp") / name
     assert overlay.mkfs_argv("/usr/sbin/mkfs.ext3", path, stage, None, 1000, 100, True) == [
         "/usr/sbin/mkfs.ext3", "-q", "-m", "0", "-d", str(stage),
@@ -103,22 +97,12 @@ def which_of(*present: str):  # type: ignore[no-untyped-def]
     return lambda name: f"/bin/{name}" if name in present else None
 
 
-def test_plan_picks_apptainer_unless_inodes(tmp_path: Path) -> None:
+def test_plan_uses_mkfs_even_with_apptainer_on_path(tmp_path: Path) -> None:
     target = str(tmp_path / "o.img")
-    both = which_of("apptainer", "mkfs.ext3")
-    plan = overlay.plan_create(target, "1G", None, True, both)
-    assert (plan.method, plan.program, plan.size, plan.sparse) == (
-        "apptainer",
-        "/bin/apptainer",
-        GIB,
-        True,
-    )
-    plan = overlay.plan_create(target, "1G", "500K", True, both)
-    assert (plan.method, plan.program, plan.inodes) == ("e2fsprogs", "/bin/mkfs.ext3", 500_000)
-    plan = overlay.plan_create(target, "1G", None, True, which_of("mkfs.ext3"))
-    assert plan.method == "e2fsprogs"
+    plan = overlay.plan_create(target, "1G", None, True, which_of("apptainer", "mkfs.ext3"))
+    assert (plan.program, plan.size, plan.sparse) == ("/bin/mkfs.ext3", GIB, True)
     with pytest.raises(ExternalToolError) as info:
-        overlay.plan_create(target, "1G", None, True, which_of())
+        overlay.plan_create(target, "1G", None, True, which_of("apptainer"))
     assert "install e2fsprogs" in info.value.fix
 
 
@@ -185,206 +169,160 @@ def test_refusals_are_one_line_and_write_nothing(
     assert fake_apptainer.calls(tmp_path / "calls.jsonl") == []
 
 
+def e2fs_tool(name: str) -> str:
+    found = overlay.tool_finder(os.environ)(name)
+    if found is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and no {name} (make system)", pytrace=False)
+        pytest.skip(f"no {name} here")
+    return found
+
+
+def dumpe2fs(image: Path) -> dict[str, str]:
+    out = subprocess.run(
+        [e2fs_tool("dumpe2fs"), "-h", str(image)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in out.splitlines())}
+
+
 @pytest.mark.parametrize("sparse", [True, False])
-def test_create_with_apptainer(tmp_path: Path, cli_env: dict[str, str], sparse: bool) -> None:
+def test_create_with_apptainer_on_path_is_ctrains_ext3_without_reserved_blocks(
+    tmp_path: Path, cli_env: dict[str, str], sparse: bool
+) -> None:
+    """apptainer overlay create would reserve 5% for root (and write every byte without
+    --sparse): ctrain makes the image itself, apptainer on PATH or not."""
     target = tmp_path / "my overlay.img"
-    done = overlay_create(cli_env, tmp_path, str(target), "--size", "1G", *(["--sparse"] * sparse))
+    flags = ["--sparse"] if sparse else []
+    done = overlay_create(cli_env, tmp_path, str(target), "--size", "256M", *flags)
     assert done.returncode == 0, done.stderr
-    calls = fake_apptainer.calls(tmp_path / "calls.jsonl")
-    assert len(calls) == 1
-    argv = calls[0]["argv"]
-    assert isinstance(argv, list)
-    assert argv[:-1] == ["overlay", "create", "--size", "1024", *(["--sparse"] * sparse)]
-    temp = Path(argv[-1])
-    assert temp.parent == tmp_path and temp.name.startswith(".my overlay.img.create-")
-    assert not temp.exists()
-    assert target.stat().st_size == GIB
-    assert done.stdout.strip().startswith(f"created {target}: 1.0 GiB ext3 overlay")
-    assert "(apptainer overlay create)" in done.stdout
+    assert fake_apptainer.calls(tmp_path / "calls.jsonl") == []
+    header = dumpe2fs(target)
+    assert header["Reserved block count"] == "0"
+    assert "has_journal" in header["Filesystem features"]
+    assert "extent" not in header["Filesystem features"]
+    assert target.stat().st_size == 256 * MIB
+    allocated = target.stat().st_blocks * 512
+    assert (allocated < 64 * MIB) if sparse else (allocated >= 256 * MIB)
+    sparse_word = ", sparse" if sparse else ""
+    assert done.stdout.strip() == (
+        f"created {target}: 256.0 MiB ext3 overlay{sparse_word}, no reserved blocks"
+    )
 
 
-def test_apptainer_failure_leaves_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    broken = tmp_path / "bin" / "apptainer"
-    broken.write_text("#!/bin/sh\necho 'FATAL: overlay create: no mkfs.ext3' >&2\nexit 255\n")
-    done = overlay_create(cli_env, tmp_path, "o.img", "--size", "1G")
+def test_mkfs_failure_leaves_nothing(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    broken = tmp_path / "bin" / "mkfs.ext3"
+    broken.write_text("#!/bin/sh\necho 'mkfs.ext3: Device size reported to be zero' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    done = overlay_create(cli_env, tmp_path, "o.img", "--size", "64M")
     assert done.returncode == 5
-    assert "apptainer overlay create failed: FATAL: overlay create: no mkfs.ext3" in done.stderr
+    assert "mkfs.ext3 failed: mkfs.ext3: Device size reported to be zero" in done.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".o.img", "o.img"))]
 
 
-# -- the read-write lock ------------------------------------------------------------------------
+# -- the lock Apptainer takes ---------------------------------------------------------------------
 
 HOLD_THEN_EXEC = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
     from ctrain.images import overlay
-    fd = overlay.acquire_rw_lock(
-        Path(sys.argv[1]), f"pid {os.getpid()} on node7, job 77", lock_dir=lambda: sys.exit(9)
-    )
+    fd = overlay.lock_overlay(Path(sys.argv[1]), sys.argv[2] == "ro")
     print(fd, flush=True)
     os.execvp("sleep", ["sleep", "120"])
     """
 )
 
 
-def _wait_exec(pid: int) -> None:
-    end = time.monotonic() + 30
-    while Path(f"/proc/{pid}/comm").read_text().strip() != "sleep":
-        assert time.monotonic() < end, "the holder never exec'd"
-        time.sleep(0.02)
-
-
-def no_fallback() -> Path:
-    """The fallback lock directory, asked for only when the overlay's own is read-only."""
-    raise AssertionError("asked for the fallback lock directory of a writable one")
-
-
 @pytest.fixture
 def overlay_file(tmp_path: Path) -> Path:
     path = tmp_path / "o.img"
-    path.write_bytes(b"")
+    path.write_bytes(b"\0" * 4096)
     return path
 
 
-def test_lock_is_held_across_exec_and_names_the_holder(overlay_file: Path) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_THEN_EXEC, str(overlay_file)], stdout=subprocess.PIPE, text=True
+@contextlib.contextmanager
+def holder(path: Path, mode: str) -> Iterator[int]:
+    """Another process holding ``path``'s lock (``ro`` or ``rw``) after an exec; its pid."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THEN_EXEC, str(path), mode], stdout=subprocess.PIPE, text=True
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip().isdigit()
-        _wait_exec(holder.pid)
-        with pytest.raises(LaunchError) as info:
-            overlay.acquire_rw_lock(overlay_file, "me", lock_dir=no_fallback)
-        error = info.value
-        assert error.exit_code == 4
-        assert f"in use read-write by pid {holder.pid} on node7, job 77" in error.message
-        assert f"--overlay {overlay_file}:ro" in error.fix
-        assert "\n" not in error.line()
+        assert child.stdout is not None and child.stdout.readline().strip().isdigit()
+        wait_for(
+            lambda: Path(f"/proc/{child.pid}/comm").read_text().strip() == "sleep",
+            timeout=30,
+            what="the holder to exec",
+        )
+        yield child.pid
     finally:
-        holder.kill()
-        holder.wait()
-    fd = overlay.acquire_rw_lock(overlay_file, "me now", lock_dir=no_fallback)
+        child.kill()
+        child.wait(timeout=30)
+
+
+def refused(path: Path, readonly: bool) -> LaunchError:
+    with pytest.raises(LaunchError) as info:
+        overlay.lock_overlay(path, readonly)
+    assert info.value.exit_code == 4 and "\n" not in info.value.line()
+    return info.value
+
+
+def test_a_writer_excludes_a_second_writer_and_readers_across_its_exec(overlay_file: Path) -> None:
+    with holder(overlay_file, "rw") as pid:
+        error = refused(overlay_file, readonly=False)
+        assert error.message == (
+            f"overlay {overlay_file} is in use read-write by pid {pid}; "
+            "Apptainer allows one writer at a time"
+        )
+        assert "its own overlay" in error.fix and ":ro" not in error.fix
+        error = refused(overlay_file, readonly=True)
+        assert error.message == (
+            f"overlay {overlay_file} is in use read-write by pid {pid}; "
+            "Apptainer refuses a read-only mount while a writer runs"
+        )
+        assert "wait for that job to end" in error.fix
+    fd = overlay.lock_overlay(overlay_file, readonly=False)
+    assert fd is not None
     try:
         assert os.get_inheritable(fd)
-        assert (overlay_file.parent / "o.img.lock").read_text().strip() == "me now"
     finally:
         os.close(fd)
+    assert sorted(p.name for p in overlay_file.parent.iterdir()) == ["o.img"]  # no lock file
+
+
+def test_readers_share_and_exclude_a_writer(overlay_file: Path) -> None:
+    overlay_file.chmod(0o444)  # a reader needs only read access
+    with holder(overlay_file, "ro") as pid:
+        fd = overlay.lock_overlay(overlay_file, readonly=True)
+        assert fd is not None
+        os.close(fd)
+        overlay_file.chmod(0o644)
+        error = refused(overlay_file, readonly=False)
+        assert error.message.startswith(f"overlay {overlay_file} is in use read-only by pid {pid}")
+        assert "Apptainer refuses a writer while readers use it" in error.message
+        assert f"--overlay {overlay_file}:ro" in error.fix
 
 
 def test_two_names_of_one_overlay_share_the_lock(overlay_file: Path) -> None:
     link = overlay_file.parent / "link.img"
     link.symlink_to(overlay_file)
-    fd = overlay.acquire_rw_lock(overlay_file, "first", lock_dir=no_fallback)
-    try:
-        child = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from pathlib import Path; from ctrain.images import "
-                "overlay; overlay.acquire_rw_lock(Path(sys.argv[1]), 'second', "
-                "lock_dir=lambda: sys.exit(9))",
-                str(link),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert child.returncode != 0 and "in use read-write by first" in child.stderr
-    finally:
-        os.close(fd)
+    with holder(link, "rw"):
+        assert "in use read-write" in refused(overlay_file, readonly=True).message
 
 
-def test_an_empty_holder_is_described() -> None:
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "o.img"
-        fd = overlay.acquire_rw_lock(path, "", lock_dir=no_fallback, environ={"SLURM_JOB_ID": "5"})
-        try:
-            text = (Path(directory) / "o.img.lock").read_text()
-            assert text.startswith("ctrain, pid ") and "Slurm job 5" in text
-        finally:
-            os.close(fd)
+def test_no_lock_support_is_skipped_silently(
+    overlay_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_locks(fd: int, cmd: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(overlay.fcntl, "lockf", no_locks)
+    assert overlay.lock_overlay(overlay_file, readonly=False) is None
 
 
-def test_fallback_lock_file_name() -> None:
-    a = overlay.fallback_lock_file(Path("/ro/a/o.img"), Path("/c/locks"))
-    b = overlay.fallback_lock_file(Path("/ro/b/o.img"), Path("/c/locks"))
-    assert a.parent == Path("/c/locks") and a.name.endswith("-o.img.lock") and a != b
-
-
-TRY_LOCK = textwrap.dedent(
-    """
-    import os, sys, time
-    from pathlib import Path
-    from ctrain.images import cachedir, overlay
-    from ctrain.errors import LaunchError
-    from ctrain.settings import resolve
-    s = resolve({}, os.environ, Path.cwd())
-    try:
-        lock_dir = lambda: cachedir.lock_dir(s, os.environ)
-        fd = overlay.acquire_rw_lock(Path(sys.argv[1]), sys.argv[2], lock_dir=lock_dir)
-    except LaunchError as exc:
-        print("refused:", exc.line(), flush=True)
-        sys.exit(0)
-    print("locked", flush=True)
-    sys.stdin.read()
-    """
-)
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory other users can enter (pytest's tmp_path is private to its owner)."""
-    directory = Path(tempfile.mkdtemp(prefix="ctrain-lock-test-"))
-    directory.chmod(0o755)
-    try:
-        yield directory
-    finally:
-        for path in directory.rglob("*"):
-            with __import__("contextlib").suppress(OSError):
-                path.chmod(0o755) if path.is_dir() else None
-        shutil.rmtree(directory)
-
-
-def test_read_only_directory_locks_in_the_cache(shared_dir: Path) -> None:
-    """The overlay's directory is not writable (for root: run as nobody): the lock lives in
-    CACHE/locks, CACHE as ./ctrain.toml names it, and still excludes a second user."""
-    readonly = shared_dir / "ro"
-    readonly.mkdir()
-    (readonly / "o.img").write_bytes(b"")
-    cache = shared_dir / "cache"
-    cache.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("root without setpriv cannot test an unwritable directory")
-        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-        os.chown(cache, 65534, 65534)
-    readonly.chmod(0o555)
-    (shared_dir / "ctrain.toml").write_text(f'cache_dir = "{cache}"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTRAIN_")}
-    env.update(HOME=str(shared_dir), XDG_CONFIG_HOME=str(shared_dir / "xdg"))
-    argv = [*prefix, sys.executable, "-c", TRY_LOCK, str(readonly / "o.img")]
-    first = subprocess.Popen(
-        [*argv, "first holder"],
-        env=env,
-        cwd=shared_dir,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert first.stdout is not None
-        assert first.stdout.readline().strip() == "locked"
-        second = subprocess.run(
-            [*argv, "second"], env=env, cwd=shared_dir, capture_output=True, text=True, timeout=60
-        )
-        assert "refused:" in second.stdout and "in use read-write by first holder" in second.stdout
-        locks = list((cache / "locks").iterdir())
-        assert len(locks) == 1 and locks[0].name.endswith("-o.img.lock")
-        assert not (readonly / "o.img.lock").exists()
-    finally:
-        assert first.stdin is not None
-        first.stdin.close()
-        first.wait(timeout=30)
+def test_a_missing_or_unwritable_overlay_is_refused_with_the_reason(tmp_path: Path) -> None:
+    error = refused(tmp_path / "none.img", readonly=True)
+    assert error.message.startswith(f"cannot open overlay {tmp_path / 'none.img'} to read:")

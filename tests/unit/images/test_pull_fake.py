@@ -27,12 +27,15 @@ class Env:
         self.tmp = tmp
         self.log = tmp / "apptainer-calls.jsonl"
         self.cache = tmp / "cache"
+        self.node_tmp = tmp / "node-tmp"
+        self.node_tmp.mkdir()
         self.box = sandbox(
             tmp,
             USER="tester",
             FAKE_APPTAINER_LOG=str(self.log),
             CTRAIN_CACHE_DIR=str(self.cache),
             CTRAIN_MIN_FREE_GB="1",
+            TMPDIR=str(self.node_tmp),
         )
         fake_apptainer.install(self.box.bin)
 
@@ -78,20 +81,21 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
     pulls, inspects = fake.calls("pull"), fake.calls("inspect")
     assert len(pulls) == 1 and len(inspects) == 1
     argv = pulls[0]["argv"]
-    assert isinstance(argv, list) and argv[0] == "pull" and argv[2] == REF_A
-    temp = Path(argv[1])
+    assert isinstance(argv, list) and argv[:2] == ["pull", "--disable-cache"] and argv[3] == REF_A
+    temp = Path(argv[2])
     assert temp.parent == target.parent
     assert re.fullmatch(
         r"\.docker_registry\.example_team_train_1\.sif\.pull-\d+-[0-9a-f]{8}", temp.name
     )
     assert inspects[0]["argv"] == ["inspect", str(temp)]
-    assert pulls[0]["env"] == {
+    assert pulls[0]["env"] == {  # apptainer's temporary files on the node, not in the cache
         "APPTAINER_CACHEDIR": str(fake.cache),
-        "APPTAINER_TMPDIR": str(fake.cache / "tmp"),
+        "APPTAINER_TMPDIR": str(fake.node_tmp),
         "SINGULARITY_CACHEDIR": str(fake.cache),
-        "SINGULARITY_TMPDIR": str(fake.cache / "tmp"),
+        "SINGULARITY_TMPDIR": str(fake.node_tmp),
     }
     assert not temp.exists()
+    assert not (fake.cache / "cache").exists()  # stored once: nothing in apptainer's cache
 
     sidecar = sif.read_sidecar(sif.sidecar_of(target))
     assert sidecar is not None
@@ -115,7 +119,7 @@ def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
     forced = fake.run("--force", REF_A)
     assert forced.returncode == 0, forced.stderr
     assert len(fake.calls("pull")) == 2
-    assert fake.calls("pull")[1]["argv"][1] == "--force"  # type: ignore[index]
+    assert fake.calls("pull")[1]["argv"][2] == "--force"  # type: ignore[index]
 
 
 def test_ref_defaults_to_the_image_setting(fake: Env) -> None:
@@ -185,7 +189,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
 
     slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="3")
     wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
-    temp = Path(fake.calls("pull")[1]["argv"][2])  # type: ignore[index]
+    temp = Path(fake.calls("pull")[1]["argv"][3])  # type: ignore[index]
     wait_for(lambda: temp.exists() and temp.stat().st_size >= written, f"{written} bytes written")
     slow.send_signal(signal.SIGKILL)
     slow.communicate(timeout=TIMEOUT)
@@ -214,7 +218,7 @@ def test_sigterm_mid_pull_stops_the_download_and_removes_its_file(fake: Env) -> 
     assert fake.run(REF_A, "-o", str(target)).returncode == 0
     slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="5")
     wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
-    temp = Path(fake.calls("pull")[1]["argv"][2])  # type: ignore[index]
+    temp = Path(fake.calls("pull")[1]["argv"][3])  # type: ignore[index]
     wait_for(lambda: temp.exists() and temp.stat().st_size > 4096, "the temporary file")
     slow.send_signal(signal.SIGTERM)
     _, err = slow.communicate(timeout=TIMEOUT)

@@ -1,37 +1,103 @@
-"""The SIF header check refuses every negative field and a descriptor table inside the header."""
+"""The SIF header check, field by field as the sif loader reads it: magic, version ``01``, no
+negative field, descriptors after the header and exactly total x 585 bytes, nothing beyond
+the end of the file. Headers are packed here from the layout, not taken from the stand-in."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from ctrain.images import sif
-from tests.fake_apptainer import sif_bytes
 
-# The eight int64 fields of the header, in order (sylabs/sif), and the byte each starts at.
+# The eight int64 fields of the header, in order (sylabs/sif).
 FIELDS = ("created", "modified", "free", "total", "desc_off", "desc_len", "data_off", "data_len")
-FIELD_OFFSET = 64
+TOTAL = 48  # descriptors Apptainer allocates in a new image
+DATA_OFFSET = 4096 + TOTAL * 585
+GOOD = {
+    "created": 1700000000,
+    "modified": 1700000000,
+    "free": 45,
+    "total": TOTAL,
+    "desc_off": 4096,
+    "desc_len": TOTAL * 585,
+    "data_off": DATA_OFFSET,
+    "data_len": 1000,
+}
 
 
-def _with(field: str, value: int) -> bytes:
-    """A whole 1000-byte-payload SIF image with one header field replaced."""
-    header, body = sif_bytes("docker://a/b:1", 1000)
-    start = FIELD_OFFSET + 8 * FIELDS.index(field)
-    return header[:start] + value.to_bytes(8, "little", signed=True) + header[start + 8 :] + body
+def image(version: bytes = b"01\0", magic: bytes = b"SIF_MAGIC\0", **fields: int) -> bytes:
+    """A whole image: header, zeros up to the data, the data."""
+    values = {**GOOD, **fields}
+    header = sif.SIF_HEADER.pack(
+        b"#!/usr/bin/env run-singularity\n", magic, version, b"02\0", b"0123456789abcdef",
+        *(values[name] for name in FIELDS),
+    )  # fmt: skip
+    return header.ljust(DATA_OFFSET, b"\0") + b"d" * 1000
 
 
-def test_the_field_offsets_match_a_whole_image() -> None:
-    data = _with("desc_off", sif.SIF_HEADER.size)
-    assert sif.sif_problem(data[:128], len(data)) is None
+def problem(data: bytes) -> str | None:
+    return sif.sif_problem(data[: sif.SIF_HEADER.size], len(data))
+
+
+def test_a_whole_image_passes() -> None:
+    assert problem(image()) is None
+
+
+@pytest.mark.parametrize("version", [b"02\0", b"1\0\0", b"00\0", b"\0\0\0"])
+def test_only_version_01_is_read(version: bytes) -> None:
+    shown = version.rstrip(b"\0").decode()
+    said = f"SIF version {shown!r}, not 01 (the only one Apptainer reads)"
+    assert problem(image(version)) == said
+
+
+def test_no_magic_is_not_a_sif() -> None:
+    assert problem(image(magic=b"NOT_MAGIC\0")) == "no SIF_MAGIC at byte 32: not a SIF image"
+
+
+@pytest.mark.parametrize(("total", "size"), [(48, 0), (48, 48 * 585 - 1), (1, 586)])
+def test_descriptors_must_be_total_times_585_bytes(total: int, size: int) -> None:
+    assert problem(image(total=total, desc_len=size)) == (
+        f"malformed SIF header: {total} descriptors in {size} bytes, not 585 each"
+    )
 
 
 @pytest.mark.parametrize("field", ["free", "total", "desc_len", "data_off", "data_len"])
 @pytest.mark.parametrize("value", [-1, -(2**63)])
 def test_a_negative_size_or_offset_is_malformed(field: str, value: int) -> None:
-    data = _with(field, value)
-    assert sif.sif_problem(data[:128], len(data)) == "malformed SIF header"
+    assert problem(image(**{field: value})) == "malformed SIF header"
 
 
 @pytest.mark.parametrize("value", [-1, 0, 100, sif.SIF_HEADER.size - 1])
 def test_descriptors_inside_the_header_are_malformed(value: int) -> None:
-    data = _with("desc_off", value)
-    assert sif.sif_problem(data[:128], len(data)) == "malformed SIF header"
+    assert problem(image(desc_off=value)) == "malformed SIF header"
+
+
+def test_a_truncated_image_is_named() -> None:
+    data = image()[:-10]
+    size = len(data)
+    said = f"truncated: its header describes {size + 10} bytes, the file has {size}"
+    assert problem(data) == said
+    assert problem(data[:100]) == "100 bytes, shorter than a SIF header (128 bytes)"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"SIF_MAGIC\0" + bytes(4000), b"<html>" + b" " * 4000],
+    ids=["empty", "at 0", "html"],
+)
+def test_not_a_sif(data: bytes) -> None:
+    assert problem(data) in (
+        f"{len(data)} bytes, shorter than a SIF header (128 bytes)",
+        "no SIF_MAGIC at byte 32: not a SIF image",
+    )
+
+
+def test_check_sif_on_disk(tmp_path: Path) -> None:
+    good = tmp_path / "good.sif"
+    good.write_bytes(image())
+    bad = tmp_path / "bad.sif"
+    bad.write_bytes(image()[:4200])
+    assert sif.check_sif(good) is None
+    assert "truncated" in str(sif.check_sif(bad))
+    assert "cannot read" in str(sif.check_sif(tmp_path / "missing"))
