@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -352,10 +351,3 @@ def test_every_call_is_logged_with_the_programs_own_variables(box: Sandbox) -> N
     logged = json.loads(line)
     assert logged["argv"] == ["inspect", "img.sif"] and logged["host"] == os.uname().nodename
     assert logged["env"] == {"APPTAINER_CACHEDIR": "/c"}
-
-
-def test_one_exec_round_trip_is_fast(box: Sandbox) -> None:
-    """Hundreds of tests start the stand-in: one exec of ``true`` stays well under a second."""
-    start = time.monotonic()
-    assert apptainer(box, "exec", "img.sif", "true").returncode == 0
-    assert time.monotonic() - start < 1.0
