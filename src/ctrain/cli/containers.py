@@ -73,6 +73,8 @@ def _run(
                 f"  pulled first: ctrain pull {shlex.quote(pending.ref)}, "
                 f"then {pending.target} is run in its place"
             )
+        for key, value in sorted(planned.image.pull_env().items()):
+            click.echo(f"  pull env {key}={shlex.quote(value)}")
         return
     planner.run(planned, plan, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
 

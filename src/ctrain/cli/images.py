@@ -121,7 +121,7 @@ def resolve(image: str | None, **flags: str | None) -> None:
     runtime, program = _runtime(str(s["runtime"].value))
     reference = image if image is not None else str(s["image"].value or "")
     choice = resolving.choose(reference, runtime, program, s, os.environ)
-    resolving.fetch(choice, s, os.environ, _say)
+    resolving.fetch(choice, os.environ, int(str(s["min_free_gb"].value)), _say)
     click.echo(choice.image)
 
 

@@ -105,7 +105,7 @@ def run(
     """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
     take the overlay lock, then exec the invocation."""
     if planned.image.pull is not None:
-        resolve.fetch(planned.image, s, environ, say)
+        resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
         planned = again()
     invocation = planned.invocation
     _hold_overlay_lock(invocation, s, environ)

@@ -274,10 +274,15 @@ def pull(
         fs.check_free(target.parent, min_free_gb)
         temp_space = tmpdir or cachedir.node_local_tmp(environ)
         cachedir.check_tmpdir(temp_space, min_free_gb)
-        env = {**environ, **cachedir.apptainer_env(cache), **cachedir.tmpdir_env(temp_space)}
+        env = {**environ, **sif_pull_env(cache, temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
         with cachedir.in_use(cache):
             return _pull_sif(plan, target, env, reason)
+
+
+def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
+    """What ctrain adds to a SIF pull's environment: Apptainer's cache and temporary space."""
+    return {**cachedir.apptainer_env(cache), **cachedir.tmpdir_env(tmpdir)}
 
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:

@@ -25,7 +25,7 @@ from typing import Literal
 
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir
-from ctrain.images.pull import PullPlan, plan_pull, pull
+from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
 from ctrain.images.sif import decide as sif_decide
 from ctrain.images.sif import read_sidecar, target_state
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
@@ -59,6 +59,13 @@ class ImageChoice:
     image: str  # what the runtime is given: the local SIF file, or the image as given
     pull: PullPlan | None = None  # the pull to run before, when the file is not there yet
     cache: cachedir.CacheChoice | None = None  # the cache the pull uses
+    tmpdir: Path | None = None  # apptainer's temporary space for the pull
+
+    def pull_env(self) -> dict[str, str]:
+        """The variables ctrain adds to the pull's environment (none without a pull)."""
+        if self.pull is None or self.cache is None or self.tmpdir is None:
+            return {}
+        return sif_pull_env(self.cache, self.tmpdir)
 
 
 def recorded(plan: PullPlan) -> bool:
@@ -93,20 +100,20 @@ def choose(
             f"pull it once before the step (ctrain pull {image}, e.g. on a login node), or "
             "submit with ctrain's job scripts, which resolve it in the batch step",
         )
-    return ImageChoice(str(plan.target), plan if decision == "pull" else None, cache)
+    if decision == "pulled":
+        return ImageChoice(str(plan.target), None, cache)
+    return ImageChoice(str(plan.target), plan, cache, cachedir.build_tmpdir(s, environ))
 
 
 def fetch(
     choice: ImageChoice,
-    s: Mapping[str, Resolved],
     environ: Mapping[str, str],
+    min_free_gb: int,
     say: Callable[[str], None],
 ) -> None:
-    """Run ``choice``'s pull, if it has one, as ``ctrain pull`` would with these settings (free
-    space, apptainer's temporary space); it waits for a concurrent pull of the same file."""
+    """Run ``choice``'s pull, if it has one, as ``ctrain pull`` would (free space, apptainer's
+    temporary space); it waits for a concurrent pull of the same file."""
     if choice.pull is None or choice.cache is None:
         return
     cachedir.ensure_dirs(choice.cache)
-    min_free_gb = int(str(s["min_free_gb"].value))
-    tmpdir = cachedir.build_tmpdir(s, environ)
-    pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=tmpdir)
+    pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir)

@@ -178,12 +178,25 @@ def test_dry_run_shows_the_pull_the_exec_needs(fake: dict[str, str], tmp_path: P
         f"  pulled first: ctrain pull docker://example/img:1, then {target} is run in its place"
     )
     assert pulled in lines
+    pull_env = dict(
+        shlex.split(line.removeprefix("  pull env "))[0].split("=", 1)
+        for line in lines
+        if line.startswith("  pull env ")
+    )
+    assert pull_env["APPTAINER_CACHEDIR"] == str(cache)  # and its temporary space
+    assert set(pull_env) == {"APPTAINER_CACHEDIR", "APPTAINER_TMPDIR"} | {
+        "SINGULARITY_CACHEDIR",
+        "SINGULARITY_TMPDIR",
+    }
     assert not cache.exists() and not ran(fake)  # nothing ran
 
     done = ctrain(args, fake, tmp_path)
     assert done.returncode == 0, done.stderr
     argv = shlex.split(lines[0])[1:]
     assert record(fake)["argv"] == [str(target) if a == args[1] else a for a in argv]
+    found = fake_apptainer.calls(Path(fake["FAKE_APPTAINER_LOG"]))
+    pull = next(c for c in found if c.get("argv", [""])[0] == "pull")  # type: ignore[index]
+    assert {k: pull["env"][k] for k in pull_env} == pull_env  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
