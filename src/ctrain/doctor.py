@@ -139,7 +139,8 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
         return Check("cache", "WARN", exc.message, exc.fix)
     needed = int(str(settings["min_free_gb"].value))
     free = fs.free_bytes(choice.path)
-    detail = f"{choice.path} ({choice.source}), {fs.human(free)} free, tmp {choice.tmp}"
+    tmp = cachedir.build_tmpdir(settings, environ)
+    detail = f"{choice.path} ({choice.source}), {fs.human(free)} free, temporary space {tmp}"
     if choice.under_home:
         fix = "set CTRAIN_CACHE_DIR to a directory on scratch: home quotas are small"
         return Check("cache", "WARN", detail + ": under $HOME", fix)

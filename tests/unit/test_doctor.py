@@ -272,10 +272,11 @@ def cache_check(env: dict[str, str], cwd: Path) -> Check:
 
 def test_cache(tmp_path: Path) -> None:
     base = {"HOME": str(tmp_path / "home"), "CTRAIN_MIN_FREE_GB": "1"}
-    good = cache_check({**base, "CTRAIN_CACHE_DIR": str(tmp_path / "c")}, tmp_path)
+    node = {"TMPDIR": str(tmp_path / "node")}
+    good = cache_check({**base, **node, "CTRAIN_CACHE_DIR": str(tmp_path / "c")}, tmp_path)
     assert good.status == "PASS"
     assert good.detail.startswith(f"{tmp_path / 'c'} (env CTRAIN_CACHE_DIR), ")
-    assert f"tmp {tmp_path / 'c' / 'tmp'}" in good.detail
+    assert good.detail.endswith(f"temporary space {tmp_path / 'node'}")
     home = cache_check(base, tmp_path)
     assert home.status == "WARN"
     assert "under $HOME" in home.detail

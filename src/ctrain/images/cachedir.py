@@ -33,11 +33,6 @@ class CacheChoice:
     source: str  # "flag", "env CTRAIN_CACHE_DIR", "file PATH:LINE", "scratch $SCRATCH", ...
     under_home: bool
 
-    @property
-    def tmp(self) -> Path:
-        """Apptainer's build and pull temporary directory: inside the cache, same filesystem."""
-        return self.path / "tmp"
-
 
 def _value(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name, "").strip()
@@ -137,14 +132,10 @@ def resolve_cache_dir(
 
 
 def apptainer_env(choice: CacheChoice) -> dict[str, str]:
-    """Cache and tmp variables for Apptainer and for older Singularity releases."""
-    cache, tmp = str(choice.path), str(choice.tmp)
-    return {
-        "APPTAINER_CACHEDIR": cache,
-        "APPTAINER_TMPDIR": tmp,
-        "SINGULARITY_CACHEDIR": cache,
-        "SINGULARITY_TMPDIR": tmp,
-    }
+    """The cache variable for Apptainer and for SingularityCE (the temporary space is
+    ``tmpdir_env``'s, on the node)."""
+    cache = str(choice.path)
+    return {"APPTAINER_CACHEDIR": cache, "SINGULARITY_CACHEDIR": cache}
 
 
 def build_tmpdir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
@@ -174,19 +165,19 @@ def check_tmpdir(tmpdir: Path, min_free_gb: int) -> None:
 
 
 def ensure_dirs(choice: CacheChoice) -> None:
-    """Create the cache and tmp directories, mode 0700; existing directories keep their mode."""
-    for path in (choice.path, choice.tmp):
-        if path.is_dir():
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(mode=0o700)
-            path.chmod(0o700)  # mkdir's mode is filtered by the umask
-        except FileExistsError:
-            if not path.is_dir():
-                raise ConfigError(f"{path} exists and is not a directory", NO_CACHE_FIX) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
+    """Create the cache directory, mode 0700; an existing directory keeps its mode."""
+    path = choice.path
+    if path.is_dir():
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+        path.chmod(0o700)  # mkdir's mode is filtered by the umask
+    except FileExistsError:
+        if not path.is_dir():
+            raise ConfigError(f"{path} exists and is not a directory", NO_CACHE_FIX) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror}", NO_CACHE_FIX) from exc
 
 
 def in_use_lock(root: Path) -> Path:

@@ -218,9 +218,7 @@ def test_apptainer_env() -> None:
     choice = CacheChoice(Path("/s/ctrain"), "flag", False)
     assert apptainer_env(choice) == {
         "APPTAINER_CACHEDIR": "/s/ctrain",
-        "APPTAINER_TMPDIR": "/s/ctrain/tmp",
         "SINGULARITY_CACHEDIR": "/s/ctrain",
-        "SINGULARITY_TMPDIR": "/s/ctrain/tmp",
     }
 
 
@@ -237,7 +235,6 @@ def test_ensure_dirs_creates_0700(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert _mode(choice.path) == 0o700
-    assert _mode(choice.tmp) == 0o700
 
 
 def test_ensure_dirs_keeps_an_existing_directory_mode(tmp_path: Path) -> None:
@@ -246,7 +243,6 @@ def test_ensure_dirs_keeps_an_existing_directory_mode(tmp_path: Path) -> None:
     shared.chmod(0o755)
     ensure_dirs(CacheChoice(shared, "flag", False))
     assert _mode(shared) == 0o755
-    assert _mode(shared / "tmp") == 0o700
 
 
 def test_ensure_dirs_refuses_a_file(tmp_path: Path) -> None:
