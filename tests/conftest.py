@@ -7,6 +7,7 @@ multi-node ones (marker ``cluster``: the compute hosts of ``make services NODES=
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -73,9 +74,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+@contextlib.contextmanager
+def cluster_dir() -> Iterator[Path]:
+    """A fresh directory every compute host sees (not under the hosts' private /tmp), removed
+    at the end."""
+    path = Path(tempfile.mkdtemp(prefix="ctrain-cluster-", dir=CLUSTER_SHARED_TMP))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture
 def cluster_tmp() -> Iterator[Path]:
-    """A fresh directory every compute host sees (not under the hosts' private /tmp)."""
-    path = Path(tempfile.mkdtemp(prefix="ctrain-cluster-", dir=CLUSTER_SHARED_TMP))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with cluster_dir() as path:
+        yield path
