@@ -207,3 +207,37 @@ def test_a_rank_killed_on_one_host_ends_the_step_within_the_collective_timeout(
             step.communicate()
     assert step.returncode != 0, output
     assert time.monotonic() - killed < COLLECTIVE_TIMEOUT + 60, output
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+def test_two_two_node_jobs_at_once_sharing_a_host_use_other_ports(cluster_tmp: Path) -> None:
+    outs = [cluster_tmp / "a", cluster_tmp / "b"]
+    steps = [
+        subprocess.Popen(
+            [
+                *SRUN,
+                "-N",
+                "2",
+                "-n",
+                "2",
+                "--kill-on-bad-exit=1",
+                CTRAIN,
+                "launch",
+                "--",
+                *probe(out),
+            ],
+            env=cluster_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for out in outs
+    ]
+    for step in steps:
+        output, _ = step.communicate(timeout=STEP_TIMEOUT)
+        assert step.returncode == 0, output
+    found = [reports(out, 2) for out in outs]
+    assert all(same_weights(f) for f in found)
+    assert set(hosts(found[0])) & set(hosts(found[1]))  # 3 hosts: they share one at least
+    workers = [set(f[0]["tf_config"]["cluster"]["worker"]) for f in found]
+    assert not workers[0] & workers[1]
