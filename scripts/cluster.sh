@@ -93,10 +93,17 @@ cluster_nodes() { cat "$CLUSTER_STATE" 2>/dev/null || true; }
 # Every process in host NAME's network namespace (its slurmd and whatever a job left there).
 node_pids() { ip netns pids "$1" 2>/dev/null || true; }
 
+# Host NAME's slurmd runs (its pid file, as slurm.conf's SlurmdPidFile=/run/slurmd-%n.pid names
+# it, holds a live slurmd). A job's processes may outlive a dead slurmd in the namespace.
+node_slurmd_up() {
+    local pid
+    pid=$(tr -dc '0-9' <"/run/slurmd-$1.pid" 2>/dev/null) && [ -n "$pid" ] && alive slurmd "$pid"
+}
+
 # Start host NAME's slurmd in its namespaces unless one runs there already.
 start_node_slurmd() {
     local name=$1
-    if [ -n "$(node_pids "$name")" ]; then
+    if node_slurmd_up "$name"; then
         log "slurmd $name: already running"
         return 0
     fi
@@ -194,7 +201,7 @@ cluster_down() {
 cluster_status() {
     local name rc=0
     for name in $(cluster_nodes); do
-        if [ -n "$(node_pids "$name")" ]; then
+        if node_slurmd_up "$name"; then
             printf '%-16s running (netns %s)\n' "slurmd $name" "$name"
         else
             printf '%-16s stopped\n' "slurmd $name"
