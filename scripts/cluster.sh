@@ -96,8 +96,8 @@ node_pids() { ip netns pids "$1" 2>/dev/null || true; }
 # Host NAME's slurmd runs (its pid file, as slurm.conf's SlurmdPidFile=/run/slurmd-%n.pid names
 # it, holds a live slurmd). A job's processes may outlive a dead slurmd in the namespace.
 node_slurmd_up() {
-    local pid
-    pid=$(tr -dc '0-9' <"/run/slurmd-$1.pid" 2>/dev/null) && [ -n "$pid" ] && alive slurmd "$pid"
+    local pidfile=/run/slurmd-$1.pid pid
+    [ -r "$pidfile" ] && pid=$(tr -dc '0-9' <"$pidfile") && [ -n "$pid" ] && alive slurmd "$pid"
 }
 
 # Start host NAME's slurmd in its namespaces unless one runs there already.
@@ -188,6 +188,7 @@ cluster_down() {
     for name in $(cluster_nodes); do
         ip link delete "ctrain-$name" >/dev/null 2>&1 || true
         ip netns delete "$name" >/dev/null 2>&1 || true
+        rm -rf "${CLUSTER_ROOT:?}/$name"  # the host's /tmp
         log "cluster: removed host $name"
     done
     ip link delete "$CLUSTER_BRIDGE" >/dev/null 2>&1 || true
