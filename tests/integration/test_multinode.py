@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import CLUSTER_PARTITION
@@ -40,8 +41,8 @@ def cluster_env(**extra: str) -> dict[str, str]:
     )
 
 
-def probe(out: Path, epochs: int = 2) -> list[str]:
-    return [str(BIN / "python"), str(PROBE), str(out), str(epochs)]
+def probe(out: Path, epochs: int = 2, scale: int = 1) -> list[str]:
+    return [str(BIN / "python"), str(PROBE), str(out), str(epochs), str(scale)]
 
 
 def reports(out: Path, size: int) -> list[dict[str, Any]]:
@@ -94,6 +95,12 @@ def test_multiworker_across_two_hosts(
     assert placed(found, layout)  # each rank runs where Slurm put it...
     assert all(worker_hosts(r) == hosts(found) for r in found)  # ...and TF_CONFIG says the same
     assert same_weights(found)
+    # One process taking the same global batches (and the learning rate scaled alike) ends
+    # with the same weights, up to float rounding.
+    run(probe(cluster_tmp / "single", scale=tasks), clean_env(), timeout=STEP_TIMEOUT)
+    (single,) = reports(cluster_tmp / "single", 1)
+    for got, want in zip(found[0]["weights"], single["weights"], strict=True):
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-6), (got, want)
 
 
 @pytest.mark.timeout(2 * STEP_TIMEOUT)
