@@ -27,10 +27,13 @@ install: $(VPY)  ## venv .venv with ctrain, the training extras and Horovod (whe
 horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)
 
-services:  ## start munge, slurmctld + slurmd (one node) and dockerd (root)
-	scripts/services.sh start
+# NODES=N adds N compute hosts cn01..cnNN (partition `cluster`, docs/cluster.md) to the one-node
+# partition `debug`; CI uses NODES=3.
+NODES ?= 0
+services:  ## start munge, slurmctld + slurmd (one node; NODES=N adds N hosts), dockerd (root)
+	CTRAIN_SERVICES_NODES=$(NODES) scripts/services.sh start
 
-services-stop:  ## stop what `make services` started
+services-stop:  ## stop what `make services` started (and remove its compute hosts)
 	scripts/services.sh stop
 
 test:  ## all tests: unit and real Slurm, MPI, Docker, TensorFlow, Horovod

@@ -1,18 +1,28 @@
 """Markers for tests that need real services.
 
 Outside CI a missing service skips the test with the reason; with CI=true it fails, so a CI run
-can never pass by skipping the real Slurm, MPI, Docker, TensorFlow or Horovod tests.
+can never pass by skipping the real Slurm, MPI, Docker, TensorFlow or Horovod tests, or the
+multi-node ones (marker ``cluster``: the compute hosts of ``make services NODES=3``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+CLUSTER_PARTITION = "cluster"  # scripts/cluster.sh: compute hosts cn01..cnNN
+CLUSTER_NODES = 3  # as many as `make services NODES=3` (CI) makes; the tests use up to 3
+# /tmp is private to each compute host (docs/cluster.md); files a multi-node job shares go here.
+CLUSTER_SHARED_TMP = "/var/tmp"
 
 
 def _run_ok(argv: list[str]) -> bool:
@@ -30,6 +40,12 @@ def missing(marker: str) -> str | None:
             return "srun not found (make system)"
         if not _run_ok(["srun", "-n", "1", "-t", "1", "true"]):
             return "Slurm does not run jobs (make services)"
+    elif marker == "cluster":
+        if not shutil.which("srun"):
+            return "srun not found (make system)"
+        n = str(CLUSTER_NODES)
+        if not _run_ok(["srun", "-p", CLUSTER_PARTITION, "-N", n, "-n", n, "-t", "1", "true"]):
+            return f"no {n} compute hosts in partition {CLUSTER_PARTITION} (make services NODES=3)"
     elif marker == "mpi":
         if not shutil.which("mpirun"):
             return "mpirun not found (make system)"
@@ -43,7 +59,7 @@ def missing(marker: str) -> str | None:
     return None
 
 
-SERVICE_MARKERS = ("slurm", "mpi", "docker", "tensorflow", "horovod")
+SERVICE_MARKERS = ("slurm", "cluster", "mpi", "docker", "tensorflow", "horovod")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -56,3 +72,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {marker} is unavailable: {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def cluster_dir() -> Iterator[Path]:
+    """A fresh directory every compute host sees (not under the hosts' private /tmp), removed
+    at the end."""
+    path = Path(tempfile.mkdtemp(prefix="ctrain-cluster-", dir=CLUSTER_SHARED_TMP))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_tmp() -> Iterator[Path]:
+    with cluster_dir() as path:
+        yield path

@@ -48,7 +48,7 @@ def slurm_env() -> dict[str, str]:
 @pytest.fixture(scope="module", autouse=True)
 def _the_test_node() -> None:
     done = subprocess.run(
-        ["sinfo", "-h", "-o", "%D %c %G"], capture_output=True, text=True, timeout=30
+        ["sinfo", "-h", "-p", "debug", "-o", "%D %c %G"], capture_output=True, text=True, timeout=30
     )
     nodes, cpus, gres = done.stdout.split()
     found = {"nodes": int(nodes), "cpus": int(cpus), "gpus": int(gres.removeprefix("gpu:"))}

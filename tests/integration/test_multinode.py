@@ -1,0 +1,250 @@
+"""Multi-node jobs for real, on the compute hosts cn01..cn03 of `make services NODES=3`
+(docs/cluster.md): separate network, hostname and /tmp per host, offline, one slurmd each.
+
+Every rank runs scripts/multinode_probe.py, which reports what TensorFlow or Horovod itself
+says about the process (rank, size, local rank), gethostname() and the trained weights. Job files
+live in ``cluster_tmp`` (shared by every host; /tmp is not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import CLUSTER_PARTITION
+from tests.helpers import CTRAIN, wait_for
+
+from .jobs import BIN, SCRIPTS, clean_env, run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.cluster, pytest.mark.tensorflow]
+
+PROBE = SCRIPTS / "multinode_probe.py"
+SUBNET = "10.77.0.0/24"  # scripts/cluster.sh: the compute hosts' only network
+DEAD_PROXY = "http://10.77.0.1:9"  # the login host's bridge address; nothing listens on port 9
+SRUN = ["srun", "-p", CLUSTER_PARTITION, "-t", "5"]
+STEP_TIMEOUT = 240  # seconds for one training step of up to 4 ranks on the 2 shared cores
+COLLECTIVE_TIMEOUT = 30  # CTRAIN_COLLECTIVE_TIMEOUT for the test that kills a rank
+
+
+def cluster_env(**extra: str) -> dict[str, str]:
+    """clean_env with OpenMPI on the cluster's network instead of loopback."""
+    return clean_env(
+        OMPI_MCA_oob_tcp_if_include=SUBNET, OMPI_MCA_btl_tcp_if_include=SUBNET, **extra
+    )
+
+
+def probe(out: Path, epochs: int = 2, scale: int = 1) -> list[str]:
+    return [str(BIN / "python"), str(PROBE), str(out), str(epochs), str(scale)]
+
+
+def reports(out: Path, size: int) -> list[dict[str, Any]]:
+    """Each rank's report, by the rank TensorFlow or Horovod gave it."""
+    found = [json.loads((out / f"rank{r}.json").read_text()) for r in range(size)]
+    assert [r["said"]["rank"] for r in found] == list(range(size))
+    assert {r["said"]["size"] for r in found} == {size}
+    return found
+
+
+def hosts(found: list[dict[str, Any]]) -> list[str]:
+    return [str(r["host"]) for r in found]
+
+
+def placed(found: list[dict[str, Any]], layout: list[int]) -> bool:
+    """Rank r ran on the job's node layout[r] (Slurm picks which hosts; it orders them by name)."""
+    nodes = sorted(set(hosts(found)))
+    return hosts(found) == [nodes[i] for i in layout] and len(nodes) == max(layout) + 1
+
+
+def same_weights(found: list[dict[str, Any]]) -> bool:
+    return all(r["weights"] == found[0]["weights"] for r in found)
+
+
+def worker_hosts(report: dict[str, Any]) -> list[str]:
+    workers = report["tf_config"]["cluster"]["worker"]
+    return [w.rsplit(":", 1)[0] for w in workers]
+
+
+@pytest.mark.timeout(3 * STEP_TIMEOUT)
+@pytest.mark.parametrize(
+    ("distribution", "layout"),
+    [
+        ("block", [0, 0, 1, 1]),
+        ("cyclic", [0, 1, 0, 1]),
+        ("block", [0, 0, 1]),  # uneven: Slurm puts 2 + 1
+    ],
+)
+def test_multiworker_across_two_hosts(
+    cluster_tmp: Path, distribution: str, layout: list[int]
+) -> None:
+    tasks = len(layout)
+    argv = [*SRUN, "-N", "2", "-n", str(tasks), f"--distribution={distribution}"]
+    run(
+        [*argv, "--kill-on-bad-exit=1", CTRAIN, "launch", "--", *probe(cluster_tmp)],
+        cluster_env(),
+        timeout=STEP_TIMEOUT,
+    )
+    found = reports(cluster_tmp, tasks)
+    assert placed(found, layout)  # each rank runs where Slurm put it...
+    assert all(worker_hosts(r) == hosts(found) for r in found)  # ...and TF_CONFIG says the same
+    assert same_weights(found)
+    # One process taking the same global batches (and the learning rate scaled alike) ends
+    # with the same weights, up to float rounding.
+    run(probe(cluster_tmp / "single", scale=tasks), clean_env(), timeout=STEP_TIMEOUT)
+    (single,) = reports(cluster_tmp / "single", 1)
+    for got, want in zip(found[0]["weights"], single["weights"], strict=True):
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-6), (got, want)
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+@pytest.mark.horovod
+def test_horovod_srun_pmix_across_two_hosts(cluster_tmp: Path) -> None:
+    argv = [*SRUN, "--mpi=pmix", "-N", "2", "-n", "4", "--kill-on-bad-exit=1"]
+    run(
+        [*argv, CTRAIN, "launch", "--mode", "horovod", "--", *probe(cluster_tmp)],
+        cluster_env(),
+        timeout=STEP_TIMEOUT,
+    )
+    found = reports(cluster_tmp, 4)
+    assert placed(found, [0, 0, 1, 1])
+    assert [r["said"]["local_rank"] for r in found] == [0, 1, 0, 1]
+    assert same_weights(found)
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+@pytest.mark.mpi
+@pytest.mark.horovod
+def test_mpirun_in_a_two_node_batch_job_starts_ranks_on_both(cluster_tmp: Path) -> None:
+    command = " ".join([CTRAIN, "launch", "--", *probe(cluster_tmp)])
+    script = cluster_tmp / "job.sh"
+    script.write_text(
+        f"#!/bin/bash\nset -e\nmpirun --allow-run-as-root -np 4 --bind-to none {command}\n"
+    )
+    log = cluster_tmp / "job.log"
+    done = subprocess.run(
+        ["sbatch", "--wait", "-p", CLUSTER_PARTITION, "-N", "2", "-n", "4", "-t", "5",
+         "-o", str(log), str(script)],
+        env=cluster_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0, log.read_text() if log.exists() else done.stderr
+    found = reports(cluster_tmp, 4)
+    assert placed(found, [0, 0, 1, 1])  # OpenMPI fills each host's slots in turn
+    assert [r["said"]["local_rank"] for r in found] == [0, 1, 0, 1]
+    assert same_weights(found)
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+@pytest.mark.parametrize(
+    ("mode", "srun_mpi"),
+    [pytest.param("multiworker", [], id="multiworker"),
+     pytest.param("horovod", ["--mpi=pmix"], id="horovod", marks=pytest.mark.horovod)],
+)  # fmt: skip
+def test_explain_on_three_hosts_agrees_with_tensorflow_and_horovod(
+    cluster_tmp: Path, mode: str, srun_mpi: list[str]
+) -> None:
+    launch = f"{CTRAIN} launch --mode {mode}"
+    step = (
+        f'{launch} --explain --json > "{cluster_tmp}/explain-$SLURM_PROCID.json" && '
+        f"exec {launch} -- {' '.join(probe(cluster_tmp))}"
+    )
+    argv = [*SRUN, *srun_mpi, "-N", "3", "-n", "4", "--kill-on-bad-exit=1", "bash", "-c", step]
+    run(argv, cluster_env(), timeout=STEP_TIMEOUT)
+    found = reports(cluster_tmp, 4)
+    plans = [json.loads((cluster_tmp / f"explain-{r}.json").read_text()) for r in range(4)]
+    assert hosts(found) == ["cn01", "cn01", "cn02", "cn03"]
+    for rank, (plan, report) in enumerate(zip(plans, found, strict=True)):
+        said = report["said"]
+        assert plan["mode"] == mode
+        assert plan["hosts"] == ["cn01", "cn02", "cn03"]
+        assert (plan["rank"], plan["world_size"]) == (said["rank"], said["size"]) == (rank, 4)
+        if mode == "horovod":
+            local = (said["local_rank"], said["local_size"])  # Horovod counts per host
+            assert (plan["local_rank"], plan["local_size"]) == local
+        else:
+            assert plan["local_rank"] == int(str(report["slurm_localid"]))
+            assert plan["tf_config"] == report["tf_config"]
+            assert worker_hosts(report)[rank] == report["host"]
+    assert same_weights(found)
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+def test_multiworker_with_a_proxy_that_points_nowhere_on_every_host(cluster_tmp: Path) -> None:
+    # Proxies kept for the job (CTRAIN_KEEP_PROXIES): only no_proxy keeps gRPC off them.
+    proxies = {name: DEAD_PROXY for name in ("http_proxy", "https_proxy", "grpc_proxy")}
+    env = cluster_env(CTRAIN_KEEP_PROXIES="1", **proxies)
+    run([*SRUN, "-N", "2", "-n", "2", "--kill-on-bad-exit=1", CTRAIN, "launch", "--",
+         *probe(cluster_tmp)], env, timeout=STEP_TIMEOUT)  # fmt: skip
+    found = reports(cluster_tmp, 2)
+    assert placed(found, [0, 1])
+    assert same_weights(found)
+    for report in found:
+        seen = report["proxies"]
+        assert {k: seen[k] for k in proxies} == proxies
+        assert set(hosts(found)) <= set(seen["no_proxy"].split(","))
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+def test_a_rank_killed_on_one_host_ends_the_step_within_the_collective_timeout(
+    cluster_tmp: Path,
+) -> None:
+    env = cluster_env(CTRAIN_COLLECTIVE_TIMEOUT=str(COLLECTIVE_TIMEOUT))
+    # No --kill-on-bad-exit: the surviving rank itself must notice and fail.
+    step = subprocess.Popen(
+        [*SRUN, "-N", "2", "-n", "2", CTRAIN, "launch", "--", *probe(cluster_tmp, 100_000)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        alive = cluster_tmp / "alive-1"
+        wait_for(
+            alive.exists, "rank 1 (second host) to finish its first epoch", timeout=STEP_TIMEOUT
+        )
+        os.kill(int(alive.read_text()), signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = step.communicate(timeout=COLLECTIVE_TIMEOUT + 90)
+    finally:
+        if step.poll() is None:
+            step.kill()
+            step.communicate()
+    assert step.returncode != 0, output
+    assert time.monotonic() - killed < COLLECTIVE_TIMEOUT + 60, output
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+def test_two_two_node_jobs_at_once_sharing_a_host_use_other_ports(cluster_tmp: Path) -> None:
+    outs = [cluster_tmp / "a", cluster_tmp / "b"]
+    steps = [
+        subprocess.Popen(
+            [
+                *SRUN,
+                "-N",
+                "2",
+                "-n",
+                "2",
+                "--kill-on-bad-exit=1",
+                CTRAIN,
+                "launch",
+                "--",
+                *probe(out),
+            ],
+            env=cluster_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for out in outs
+    ]
+    for step in steps:
+        output, _ = step.communicate(timeout=STEP_TIMEOUT)
+        assert step.returncode == 0, output
+    found = [reports(out, 2) for out in outs]
+    assert all(same_weights(f) for f in found)
+    assert set(hosts(found[0])) & set(hosts(found[1]))  # 3 hosts: they share one at least
+    workers = [set(f[0]["tf_config"]["cluster"]["worker"]) for f in found]
+    assert not workers[0] & workers[1]
