@@ -85,3 +85,32 @@ def test_patched_sdist_holds_every_patch(tmp_path: Path) -> None:
             timeout=30,
         )
         assert check.returncode == 0, f"{patch.name} is not applied: {check.stdout}"
+
+
+@pytest.mark.horovod
+def test_elastic_keras_callbacks_through_a_membership_change(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    done = subprocess.run(
+        [
+            str(BIN / "horovodrun"),
+            *("-np", "2", "--min-np", "1", "--max-np", "2", "--gloo"),
+            *("--host-discovery-script", str(discover), "--network-interfaces", "lo"),
+            *(str(BIN / "python"), str(SCRIPTS / "hvd_elastic.py"), str(hosts), "25"),
+        ],
+        env=clean_env(TF_USE_LEGACY_KERAS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    starts = [json.loads(m) for m in re.findall(r"START (\{.*\})", done.stdout)]
+    (result,) = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", done.stdout)]
+    assert sorted((s["rank"], s["size"], s["epoch"]) for s in starts[:2]) == [(0, 2, 0), (1, 2, 0)]
+    # rank 1 was removed; rank 0 resumed alone from a commit after epoch 2, and finished
+    (resumed,) = starts[2:]
+    assert resumed["rank"] == 0 and resumed["size"] == 1 and resumed["epoch"] >= 2
+    assert result == {"rank": 0, "size": 1, "epoch": 25}
