@@ -82,8 +82,11 @@ case "${1:-}" in
         trap 'rm -rf "$work"' EXIT
         patch_hash >/dev/null
         tree=$(patched_tree "${PYTHON:-python3}" "$work")
-        # the same top directory and name as the pristine sdist, so pip builds it the same way
-        tar -czf "$work/$sdist_name" -C "$work" --owner=0 --group=0 --sort=name "horovod-${horovod_version}"
+        # The same top directory and name as the pristine sdist, so pip builds it the same way;
+        # the same bytes for the same patch set (fixed order, owners, times; gzip without a
+        # timestamp), so an image build's cached Horovod layer stays valid.
+        tar -cf - -C "$work" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@315532800 \
+            "horovod-${horovod_version}" | gzip -n >"$work/$sdist_name"
         mv "$work/$sdist_name" "$dest/$sdist_name"
         echo "$dest/$sdist_name"
         exit 0
