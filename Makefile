@@ -20,9 +20,10 @@ $(VPY):
 
 install: $(VPY)  ## venv .venv with ctrain, the training extras and Horovod (wheel cached)
 	$(VPY) -m pip install --quiet -e '.[train,dev]'
+	$(VPY) -m pip install --quiet cloudpickle psutil pyyaml packaging
 	wheel=$$(scripts/horovod-wheel.sh $(VPY)) && \
-	  $(VPY) -m pip install --quiet --no-deps "$$wheel" cloudpickle psutil pyyaml packaging
-	scripts/check-horovod-build.sh $(VENV)/bin/horovodrun TensorFlow MPI Gloo
+	  $(VPY) -m pip install --quiet --no-deps --force-reinstall "$$wheel"
+	scripts/check-horovod-build.sh --patches patches/horovod-$(HOROVOD_VERSION) $(VENV)/bin/horovodrun TensorFlow MPI Gloo
 
 horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)

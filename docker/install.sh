@@ -6,8 +6,9 @@
 #   install.sh system          Debian packages the image runs with (Python, OpenMPI, CA certs)
 #   install.sh python          venv with TensorFlow, tf-keras, tensorflow-datasets and Horovod,
 #                              from the wheelhouse only (pip --no-index); Horovod from a prebuilt
-#                              wheel in the wheelhouse, else built here from its sdist (the build
-#                              tools, and for the GPU flavour CUDA 11.8's nvcc, are removed again)
+#                              wheel in the wheelhouse, else built here from the wheelhouse's sdist
+#                              (ctrain's patch set already applied: docs/horovod-patches.md; the
+#                              build tools, and for the GPU flavour CUDA 11.8's nvcc, are removed)
 #   install.sh ctrain          ctrain from its wheel
 #   install.sh verify          installed versions == pins; `horovodrun --check-build` gate
 #                              (TensorFlow, MPI, Gloo; NCCL too for gpu); gpu: Horovod's ops load
@@ -110,8 +111,9 @@ debian_mirror() {
     echo "${found:-http://deb.debian.org/debian}"
 }
 
-# Build Horovod from the sdist in the wheelhouse against the venv's TensorFlow and Debian's
-# OpenMPI; gpu: with NCCL from TensorFlow's nvidia-nccl-cu12 wheel and CUDA kernels from nvcc 11.8.
+# Build Horovod from the sdist in the wheelhouse (scripts/wheelhouse.sh applied ctrain's patch
+# set to it) against the venv's TensorFlow and Debian's OpenMPI; gpu: with NCCL from
+# TensorFlow's nvidia-nccl-cu12 wheel and CUDA kernels from nvcc 11.8.
 build_horovod() {
     local out=$1 site nccl
     local -a env=(

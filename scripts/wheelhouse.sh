@@ -8,9 +8,10 @@
 # DEST (build/wheelhouse by default) gets:
 #   DEST/FLAVOUR/  wheels for TensorFlow (gpu: with its CUDA 12 wheels), tf-keras,
 #                  tensorflow-datasets, ctrain's dependencies, Horovod's runtime and build
-#                  dependencies, sdist-only packages built into wheels here, Horovod's sdist, and
-#                  for cpu the host's cached Horovod wheel (scripts/horovod-wheel.sh); plus
-#                  requirements.txt and SHA256SUMS
+#                  dependencies, sdist-only packages built into wheels here, Horovod's sdist with
+#                  ctrain's patch set applied (scripts/horovod-wheel.sh --sdist; what the GPU
+#                  image compiles), and for cpu the host's cached patched Horovod wheel
+#                  (scripts/horovod-wheel.sh); plus requirements.txt and SHA256SUMS
 #   DEST/ctrain/   ctrain's wheel, built reproducibly (SOURCE_DATE_EPOCH), so an unchanged source
 #                  gives the same bytes and the image's ctrain layer stays cached
 # Each directory is built aside and swapped in whole. A copy of each flavour's wheelhouse is kept
@@ -73,19 +74,18 @@ if [ "$part" != ctrain ]; then
     gathered=0
     if [ "${WHEELHOUSE_REFRESH:-0}" != 1 ] && [ -f "$cached/SHA256SUMS" ] \
         && (cd "$cached" && sha256sum --quiet -c SHA256SUMS) \
-        && "${pip[@]}" wheel --quiet --no-index --find-links "$cached" -w "$out" -r "$out/requirements.txt" 2>/dev/null \
-        && cp "$cached/horovod-$HOROVOD_VERSION.tar.gz" "$out/" 2>/dev/null; then
+        && "${pip[@]}" wheel --quiet --no-index --find-links "$cached" -w "$out" -r "$out/requirements.txt" 2>/dev/null; then
         echo "wheelhouse: $part: taken offline from $cached" >&2
         gathered=1
     fi
     if [ "$gathered" = 0 ]; then
         find "$out" -mindepth 1 ! -name requirements.txt -delete
         "${pip[@]}" wheel --quiet -w "$out" -r "$out/requirements.txt"
-        "${pip[@]}" download --quiet --no-deps --no-binary :all: -d "$out" "horovod==$HOROVOD_VERSION"
     fi
+    # Horovod's sdist with ctrain's patches (the pristine one is kept in the wheel cache)
+    PYTHON=$python scripts/horovod-wheel.sh --sdist "$out" >/dev/null
     if [ "$part" = cpu ] && [ "${HOROVOD_PREBUILT:-auto}" = auto ]; then
-        cache=${CTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheels}/py311-tf${TF_VERSION}-hvd${HOROVOD_VERSION}
-        wheel=$(find "$cache" -maxdepth 1 -name "horovod-${HOROVOD_VERSION}-cp311-*.whl" -print -quit 2>/dev/null || true)
+        wheel=$(scripts/horovod-wheel.sh --cached py311 "$TF_VERSION")
         if [ -z "$wheel" ] && [ -x .venv/bin/python ] \
             && [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null)" = "$TF_VERSION" ]; then
             wheel=$(scripts/horovod-wheel.sh .venv/bin/python)
@@ -97,15 +97,15 @@ if [ "$part" != ctrain ]; then
             echo "wheelhouse: cpu: no prebuilt Horovod wheel; the image build compiles the sdist (about 5 minutes)" >&2
         fi
     fi
-    # the cpu wheelhouse's prebuilt Horovod wheel is left out of the offline cache: it is taken
-    # fresh from scripts/horovod-wheel.sh's cache every time
+    # Horovod (the cpu wheelhouse's prebuilt wheel, the patched sdist) is left out of the offline
+    # cache: it is made fresh from scripts/horovod-wheel.sh's cache and the patch set every time
     (cd "$out" && sha256sum -- *.whl *.tar.gz >SHA256SUMS)
     if [ "$gathered" = 0 ]; then
         rm -rf "$cached.new"
         mkdir -p "$cached.new"
         cp -al "$out/." "$cached.new/" 2>/dev/null || cp -a "$out/." "$cached.new/"
-        rm -f "$cached.new"/horovod-*-cp*.whl
-        (cd "$cached.new" && sha256sum -- *.whl *.tar.gz >SHA256SUMS)
+        rm -f "$cached.new"/horovod-*-cp*.whl "$cached.new/horovod-$HOROVOD_VERSION.tar.gz"
+        (cd "$cached.new" && sha256sum -- *.whl >SHA256SUMS)
         rm -rf "$cached"
         mv "$cached.new" "$cached"
     fi

@@ -1,0 +1,116 @@
+"""The Horovod that `make install` puts in the venv is built with ctrain's patch set
+(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works on TF 2.18 + tf-keras."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+from .jobs import BIN, SCRIPTS, clean_env, run
+
+PATCHES = REPO / "patches" / "horovod-0.28.1"
+
+
+@pytest.mark.horovod
+def test_installed_horovod_has_every_patch_and_tensorflow_mpi_gloo() -> None:
+    done = run(
+        [
+            str(REPO / "scripts" / "check-horovod-build.sh"),
+            "--patches",
+            str(PATCHES),
+            str(BIN / "horovodrun"),
+            "TensorFlow",
+            "MPI",
+            "Gloo",
+        ],
+        clean_env(),
+        timeout=120,
+    )
+    assert f"all {len(list(PATCHES.glob('*.patch')))} patches" in done.stdout
+
+
+@pytest.mark.horovod
+def test_horovod_keras_api_in_one_process(tmp_path: Path) -> None:
+    done = run(
+        [str(BIN / "python"), str(SCRIPTS / "hvd_keras_api.py"), str(tmp_path)],
+        clean_env(TF_USE_LEGACY_KERAS="1"),
+        timeout=240,
+    )
+    (line,) = re.findall(r"RESULT (\{.*\})", done.stdout)
+    result = json.loads(line)
+    # 0001: the backend is tf-keras's, the model's
+    assert result["backend"].startswith("tf_keras.")
+    assert result["callbacks_backend"].startswith("tf_keras.")
+    # 0002: a legacy optimizer's momentum is corrected per step (x new_lr / old_lr), restored
+    # after; a TF >= 2.11 optimizer keeps its momentum, with one warning; the rate follows both
+    momenta = result["legacy_momenta"]
+    assert momenta[0] == pytest.approx(0.9) and momenta[1] == pytest.approx(0.9 * 1.25)
+    assert result["legacy_momentum_after"] == pytest.approx(0.9)
+    assert result["lr"] == result["legacy_lr"] == pytest.approx([0.0175, 0.0275])
+    assert len(result["momentum_warnings"]) == 1
+    # MetricAverageCallback and the warm-up ran, the warm-up logs the rate
+    assert result["warmup_metrics"] == ["loss", "lr", "mae"]
+    # 0003: hvd.load_model reads both formats into a DistributedOptimizer
+    assert result["load_model"] == {"model.keras": True, "model.h5": True}
+    # the elastic callbacks kept the state
+    assert result["elastic"] == {"epoch": 3, "batch": 0}
+
+
+def test_patched_sdist_holds_every_patch(tmp_path: Path) -> None:
+    """What the image builds compile (scripts/wheelhouse.sh puts it in the wheelhouse)."""
+    done = subprocess.run(
+        [str(REPO / "scripts" / "horovod-wheel.sh"), "--sdist", str(tmp_path)],
+        env=clean_env(PYTHON=str(BIN / "python")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(done.stdout.strip()) as tar:
+        tar.extractall(tmp_path, filter="data")
+    tree = tmp_path / "horovod-0.28.1"
+    for patch in sorted(PATCHES.glob("*.patch")):
+        check = subprocess.run(
+            ["patch", "-d", str(tree), "-p1", "-R", "--force", "--dry-run", "--quiet"],
+            input=patch.read_text(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert check.returncode == 0, f"{patch.name} is not applied: {check.stdout}"
+
+
+@pytest.mark.horovod
+def test_elastic_keras_callbacks_through_a_membership_change(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    discover.chmod(0o755)
+    done = subprocess.run(
+        [
+            str(BIN / "horovodrun"),
+            *("-np", "2", "--min-np", "1", "--max-np", "2", "--gloo"),
+            *("--host-discovery-script", str(discover), "--network-interfaces", "lo"),
+            *(str(BIN / "python"), str(SCRIPTS / "hvd_elastic.py"), str(hosts), "25"),
+        ],
+        env=clean_env(TF_USE_LEGACY_KERAS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    starts = [json.loads(m) for m in re.findall(r"START (\{.*\})", done.stdout)]
+    (result,) = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", done.stdout)]
+    assert sorted((s["rank"], s["size"], s["epoch"]) for s in starts[:2]) == [(0, 2, 0), (1, 2, 0)]
+    # rank 1 was removed; rank 0 resumed alone from a commit after epoch 2, and finished
+    (resumed,) = starts[2:]
+    assert resumed["rank"] == 0 and resumed["size"] == 1 and resumed["epoch"] >= 2
+    assert result == {"rank": 0, "size": 1, "epoch": 25}
