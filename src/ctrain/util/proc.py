@@ -108,6 +108,24 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
         ) from exc
 
 
+def _start_lines(argv: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+    """Start ``argv`` with stdout and stderr merged into one line-buffered text pipe."""
+    import subprocess
+
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+    except FileNotFoundError as exc:
+        raise _not_found(argv[0], exc) from exc
+
+
 def stream(
     argv: Sequence[str],
     env: Mapping[str, str] | None,
@@ -120,18 +138,7 @@ def stream(
     import subprocess
     import threading
 
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            env=None if env is None else dict(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        )
-    except FileNotFoundError as exc:
-        raise _not_found(argv[0], exc) from exc
+    proc = _start_lines(argv, env)
     expired = threading.Event()
 
     def stop() -> None:
@@ -221,20 +228,8 @@ def _wait_forwarded(
 ) -> int:
     """Start ``argv`` into ``children`` (signals that came before are passed on now), stream
     its lines, and wait for it."""
-    import subprocess
 
-    try:
-        child = subprocess.Popen(
-            list(argv),
-            env=None if env is None else dict(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        )
-    except FileNotFoundError as exc:
-        raise _not_found(argv[0], exc) from exc
+    child = _start_lines(argv, env)
     children.append(child)
     for signum in list(received):
         child.send_signal(signum)
