@@ -62,9 +62,11 @@ instances. Timing and resource use are not Apptainer's.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import Sandbox
 from tests.standin.remote import DEFAULT_PATH, modelled
 from tests.standin.sif import is_sif, make_sif, sif_bytes
 
@@ -109,3 +111,17 @@ def ctrain_image_env() -> dict[str, str]:
     from tests.helpers import BIN, SRC
 
     return {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
+
+
+def run(
+    box: Sandbox, *args: str, program: str = "apptainer", timeout: float = 120, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The stand-in ``program`` installed in ``box.bin``, run with ``args`` in ``box.root``."""
+    return subprocess.run(
+        [str(box.bin / program), *args],
+        env=box.with_env(**extra),
+        cwd=box.root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

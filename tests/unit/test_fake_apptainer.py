@@ -33,17 +33,7 @@ def box(tmp_path: Path) -> Sandbox:
     return made
 
 
-def apptainer(
-    box: Sandbox, *args: str, program: str = "apptainer", **extra: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(box.bin / program), *args],
-        env=box.with_env(**extra),
-        cwd=box.root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+apptainer = fake_apptainer.run
 
 
 def container(box: Sandbox) -> dict[str, object]:
