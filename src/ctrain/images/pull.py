@@ -329,7 +329,9 @@ def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
         raise ExternalToolError(
             f"{plan.runtime} pull {plan.ref} failed: "
             + (proc.last_line("".join(said)) or f"exit code {code}"),
-            f"check the reference, the network and the registry login; {untouched}",
+            f"check the reference, the network and the registry login (on a node without the "
+            f"network, a compute node say: pull it once on a login node, ctrain pull {plan.ref}, "
+            f"into the same cache, and run again); {untouched}",
         )
     problem = check_sif(temp)
     if problem:

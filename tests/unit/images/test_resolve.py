@@ -156,6 +156,15 @@ def test_resolve_prints_the_local_file_and_reuses_it(fake: Env) -> None:
     assert again.stdout == f"{fake.target}\n" and fake.verbs() == []
 
 
+def test_resolve_offline_and_not_pulled_says_to_pull_on_a_login_node(fake: Env) -> None:
+    """A batch step on a compute node without the network: one line, the fix names the pull."""
+    done = fake.ctrain("resolve", REF, FAKE_APPTAINER_OFFLINE="1")
+    assert done.returncode != 0 and done.stdout == ""
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("ctrain: error:")]
+    assert "no route to host" in line and f"login node, ctrain pull {REF}," in line
+    assert not fake.target.exists()
+
+
 @pytest.mark.parametrize(
     ("runtime", "image"),
     [("host", REF), ("docker", REF), ("apptainer", "/some/where.sif")],
