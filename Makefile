@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 HOROVOD_VERSION ?= 0.28.1
 export HOROVOD_VERSION
 
-.PHONY: help system install horovod services services-stop test test-unit lint demo clean
+.PHONY: help system install horovod services services-stop test test-unit lint mutation demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -52,6 +52,11 @@ lint:  ## ruff check and format, mypy --strict on src, shellcheck on every track
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 	shellcheck $(SHELL_FILES)
+
+mutation:  ## mutation testing of the launch core against tests/unit/launch (mutmut; ~5 min)
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut results
 
 demo: system install services  ## fresh machine to a 2-worker training on the embedded data
 	@echo "== ctrain demo: 2 workers under srun on the local Slurm, embedded synthetic digits"
@@ -118,4 +123,4 @@ push:  ## push the FLAVOUR image to REGISTRY: docker push, and apptainer push or
 	[ "$$pushed" = 1 ] || { echo "push: neither the image $(call image_ref,$(FLAVOUR)) nor $(call sif_file,$(FLAVOUR)) exists. Fix: make image$(if $(filter cpu,$(FLAVOUR)),-cpu)" >&2; exit 1; }
 
 clean:  ## remove the venv and build leftovers (the Horovod wheel cache stays)
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

@@ -101,13 +101,16 @@ def start_ctrain(
     )
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll ``check`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+def wait_for(
+    check: Callable[[], bool], what: str, timeout: float = 20.0, interval: float = 0.02
+) -> None:
+    """Poll ``check`` every ``interval`` seconds until it holds; fail naming ``what`` after
+    ``timeout`` seconds."""
     end = time.monotonic() + timeout
     while not check():
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(interval)
 
 
 def snapshot(directory: Path) -> dict[str, bytes | None]:

@@ -1,11 +1,10 @@
-"""Checkpoints against SIGKILL, with TensorFlow's real checkpoint files: a writer killed while
-its new checkpoint is on disk but not yet renamed, or at any moment of a tight loop of writes,
-leaves the previous checkpoint complete and loadable."""
+"""Checkpoints against SIGKILL, with TensorFlow's real checkpoint files: a writer killed at each
+point of a write (stopped there by the writer itself, which says so: no timing) leaves the
+latest complete checkpoint loadable, and a restarted writer goes on from it."""
 
 from __future__ import annotations
 
 import json
-import random
 import signal
 import subprocess
 import time
@@ -19,9 +18,9 @@ WRITER = SCRIPTS / "ckpt_writer.py"
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]
 
 
-def writer(directory: Path, action: str) -> subprocess.Popen[str]:
+def writer(directory: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(BIN / "python"), str(WRITER), str(directory), action],
+        [str(BIN / "python"), str(WRITER), str(directory), *args],
         env=clean_env(TF_CPP_MIN_LOG_LEVEL="3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -56,31 +55,30 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=60)
 
 
-def test_sigkill_mid_write_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
-    proc = writer(tmp_path, "write-and-hang")
+def leftovers(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.startswith(".tmp-ckpt-")]
+
+
+# the point of the write of epoch 4 where the writer is killed -> the latest complete epoch then
+POINTS = {"state": 3, "manifest": 3, "rename": 3, "cleanup": 4}
+
+
+@pytest.mark.parametrize(("point", "latest"), POINTS.items())
+def test_sigkill_at_each_point_of_a_write(tmp_path: Path, point: str, latest: int) -> None:
+    proc = writer(tmp_path, "loop", point, "4")
     try:
-        wait_line(proc, "writing")
+        wait_line(proc, f"paused {point} 4")
         kill(proc)
     finally:
         proc.kill()
-    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-ckpt-")]
-    assert len(leftovers) == 1 and any(leftovers[0].iterdir())  # the half-done epoch 2
-    assert check(tmp_path) == {"epoch": 1, "values": [1.0]}
-
-
-def test_sigkill_at_any_moment_of_a_write_loop(tmp_path: Path) -> None:
-    rng = random.Random(4)
-    latest = 0
-    for _ in range(3):
-        proc = writer(tmp_path, "loop")
-        try:
-            wait_line(proc, "saved ")
-            time.sleep(rng.uniform(0.0, 0.5))  # somewhere in the middle of some write
-            kill(proc)
-        finally:
-            proc.kill()
-        found = check(tmp_path)
-        epoch = found["epoch"]
-        assert isinstance(epoch, int) and epoch > latest
-        assert found["values"] == [float(epoch)]  # the weights of the epoch it says it holds
-        latest = epoch
+    assert len(leftovers(tmp_path)) == (0 if point == "cleanup" else 1)
+    assert check(tmp_path) == {"epoch": latest, "values": [float(latest)]}
+    # a new writer removes the leftovers and goes on from there
+    proc = writer(tmp_path, "loop", "state", str(latest + 2))
+    try:
+        wait_line(proc, f"paused state {latest + 2}")
+        kill(proc)
+    finally:
+        proc.kill()
+    assert len(leftovers(tmp_path)) == 1  # the new writer's own, of epoch latest + 2
+    assert check(tmp_path) == {"epoch": latest + 1, "values": [float(latest + 1)]}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
+from tests.helpers import CTRAIN, wait_for
 
 from .jobs import BIN, SCRIPTS, clean_env
 
@@ -72,19 +72,19 @@ def job_record(job: str) -> dict[str, str]:
     return dict(word.split("=", 1) for word in text.split() if "=" in word)
 
 
-HELD_SINCE: dict[str, float] = {}
-SETTLE = 10.0  # seconds for the previous run's steps and credential to be gone
+HELD_SINCE: dict[str, int] = {}
 
 
 def release_if_held(job: str, status: str) -> None:
     """A requeued job waits 2 minutes (BeginTime) before it may start again: let it go sooner,
-    but only once the previous run has fully ended (its steps gone, and some seconds past the
-    revocation of its credential: a start within the same second is killed by slurmd)."""
+    but only once the previous run has fully ended: its steps gone, and the clock past the
+    second in which the test first saw it pending (slurmd refuses a credential made in or
+    before the second the previous run's credential was revoked, and that was before)."""
     if not (status.startswith("PENDING") and "BeginTime" in status):
         HELD_SINCE.pop(job, None)
         return
-    since = HELD_SINCE.setdefault(job, time.monotonic())
-    if time.monotonic() - since < SETTLE or sh(["squeue", "-h", "-s", "-j", job]).strip():
+    seen = HELD_SINCE.setdefault(job, int(time.time()))
+    if int(time.time()) <= seen or sh(["squeue", "-h", "-s", "-j", job]).strip():
         return
     subprocess.run(
         ["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=30
@@ -203,25 +203,32 @@ def test_multiworker_job_script_runs_to_completion(uninterrupted: Path) -> None:
     assert first == second
 
 
-def wait_for_epoch_of_run(job: str, out: Path, restart: int, workdir: Path) -> None:
-    """Until the run ``restart`` of the job has completed an epoch (so it is training)."""
-    deadline = time.monotonic() + JOB_TIMEOUT
-    while not any(e["restart"] == restart for e in lines(out / "epochs.jsonl")):
+def holds(*steps: str) -> list[str]:
+    """train_resumable.py's arguments that hold run N before ``steps[N]`` until SIGUSR2."""
+    return [arg for step in steps for arg in ("--hold-at", step)]
+
+
+def wait_held(job: str, out: Path, restart: int, workdir: Path, ranks: int = 2) -> None:
+    """Until every rank of the run ``restart`` of the job holds, waiting for the signal."""
+    markers = [out / f"held-run{restart}-rank{rank}" for rank in range(ranks)]
+
+    def held() -> bool:
         status = state(job)
-        assert status, f"job {job} ended before run {restart} trained:\n{log(workdir)}"
+        assert status, f"job {job} ended before run {restart} held:\n{log(workdir)}"
         release_if_held(job, status)
-        assert time.monotonic() < deadline, f"run {restart} of job {job} did not train"
-        time.sleep(1)
+        return all(m.exists() for m in markers)
+
+    wait_for(held, f"run {restart} of job {job} to hold", timeout=JOB_TIMEOUT, interval=1)
 
 
 def test_requeue_loop_resumes_exactly(
     uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
 ) -> None:
     out = tmp_path / "out"
-    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), "--step-sleep", "0.15"]
+    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), *holds("1:5", "2:3")]
     job = submit(render("multiworker", command, job_name="requeue"), tmp_path, jobs_to_cancel)
     for restart in (0, 1):
-        wait_for_epoch_of_run(job, out, restart, tmp_path)
+        wait_held(job, out, restart, tmp_path)
         sh(["scancel", "--signal=USR2", "--batch", job])  # what Slurm does before the limit
     record = wait_done(job, tmp_path)
     assert record["JobState"] == "COMPLETED", log(tmp_path)
@@ -274,7 +281,7 @@ def test_multiworker_job_script_through_docker_requeued_once(
         pytest.skip(reason)
     shutil.copy(RESUMABLE, tmp_path / "train.py")  # docker binds the working directory
     out = tmp_path / "out"
-    command = ["python", str(tmp_path / "train.py"), str(out), str(EPOCHS), "--step-sleep", "0.15"]
+    command = ["python", str(tmp_path / "train.py"), str(out), str(EPOCHS), *holds("1:5")]
     script = render("multiworker", command, runtime="docker", image=image, job_name="docker")
     # This machine sets OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, which change numpy's kernels (and so
     # the bits of the data): the container gets them too, or it computes other weights.
@@ -282,7 +289,7 @@ def test_multiworker_job_script_through_docker_requeued_once(
     settings = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_")}
     blas.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     job = submit(script, tmp_path, jobs_to_cancel, CTRAIN_ENV_FILE=str(blas))
-    wait_for_epoch_of_run(job, out, 0, tmp_path)
+    wait_held(job, out, 0, tmp_path)
     sh(["scancel", "--signal=USR2", "--batch", job])  # through srun, docker and tini
     record = wait_done(job, tmp_path)
     assert record["JobState"] == "COMPLETED", log(tmp_path)

@@ -21,13 +21,14 @@ from .test_jobs_real import (
     EPOCHS,
     RESUMABLE,
     final_weights,
+    holds,
     job_record,
     lines,
     log,
     render,
     submit,
     wait_done,
-    wait_for_epoch_of_run,
+    wait_held,
 )
 from .test_multinode import SUBNET
 
@@ -105,12 +106,12 @@ def test_requeue_loop_on_two_nodes_resumes_exactly(
     uninterrupted: Path, cluster_tmp: Path, submitted: list[str]
 ) -> None:
     out = cluster_tmp / "out"
-    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), "--step-sleep", "0.15"]
+    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), *holds("1:5", "2:3")]
     script = render("multiworker", command, job_name="2n-requeue", **NODES)
     job = submit(script, cluster_tmp, submitted, **OPENMPI_ON_THE_CLUSTER)
     nodes = []
     for restart in (0, 1):
-        wait_for_epoch_of_run(job, out, restart, cluster_tmp)
+        wait_held(job, out, restart, cluster_tmp)
         nodes.append(job_record(job)["NodeList"])
         subprocess.run(["scancel", "--signal=USR2", "--batch", job], check=True, timeout=30)
     record = wait_done(job, cluster_tmp)

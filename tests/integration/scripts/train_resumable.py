@@ -1,14 +1,19 @@
 """A tiny model trained through ctrain's API with checkpoints, stop-on-signal and resume.
 
     python train_resumable.py OUT_DIR EPOCHS [--signal-at EPOCH:STEP [--signal-rank R]]
-                              [--step-sleep SECONDS]
+                              [--hold-at EPOCH:STEP ...]
                               [--units N] [--config-tag TAG]
 
 Every run (every restart) appends one line per rank to OUT_DIR/runs.jsonl: the restart count,
 where it started (epoch, step), and how it ended. Each completed epoch appends a line to
 OUT_DIR/epochs.jsonl (the chief). At the end each rank writes OUT_DIR/final-rank<R>.json with
 its weights. ``--signal-at`` sends this process SIGUSR2 before that step (0-based), as Slurm
-would before the time limit; ``--step-sleep`` slows steps down so a test can signal mid-epoch.
+would before the time limit. ``--hold-at`` (once per run: the first for run 0, the second for
+run 1, ...) stops each rank before that step, writes OUT_DIR/held-run<N>-rank<R>, and waits
+there for SIGUSR2 from outside (the test, or Slurm itself): the run then stops after that step.
+Every write, rename or removal this rank makes under OUT_DIR/ckpt (seen by a Python audit
+hook) is appended to OUT_DIR/ckpt-writes-rank<R>.jsonl: the proof that only the chief writes
+the shared checkpoint directory.
 """
 
 import argparse
@@ -27,18 +32,38 @@ ctx = ctrain.distributed.init()
 
 import tensorflow as tf  # noqa: E402  (after init: TF_USE_LEGACY_KERAS is set by then)
 
+from ctrain.train.preemption import STOP  # noqa: E402
+
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("epochs", type=int)
 parser.add_argument("--signal-at", default="")
 parser.add_argument("--signal-rank", type=int, default=None, help="only this rank signals")
-parser.add_argument("--step-sleep", type=float, default=0.0)
+parser.add_argument("--hold-at", action="append", default=[], help="one per run")
 parser.add_argument("--units", type=int, default=8)
 parser.add_argument("--config-tag", default="a")
 args = parser.parse_args()
 out: Path = args.out
 out.mkdir(parents=True, exist_ok=True)
 restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+checkpoints = Path(os.path.abspath(out / "ckpt"))
+WRITES = ("open", "os.mkdir", "os.rename", "os.remove", "os.rmdir", "shutil.rmtree")
+
+
+def record_checkpoint_writes(event: str, event_args: tuple) -> None:
+    if event not in WRITES or not event_args or not isinstance(event_args[0], (str, Path)):
+        return
+    flags = event_args[2] if event == "open" else os.O_WRONLY
+    if not (isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+        return  # reading
+    named = event_args[:2] if event == "os.rename" else event_args[:1]
+    paths = [Path(os.path.abspath(p)) for p in named if isinstance(p, (str, Path))]
+    if any(p == checkpoints or checkpoints in p.parents for p in paths):
+        with (out / f"ckpt-writes-rank{ctx.rank}.jsonl").open("a") as f:
+            f.write(json.dumps({"event": event, "path": str(paths[0]), "pid": os.getpid()}) + "\n")
+
+
+sys.addaudithook(record_checkpoint_writes)
 
 tf.keras.utils.set_random_seed(1234)
 tf.config.experimental.enable_op_determinism()
@@ -61,18 +86,29 @@ with ctx.scope():
     )
     model.compile(optimizer=ctx.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
 
-checkpoints = out / "ckpt"
 initial_epoch = ctx.resume(model, checkpoints, config=config)
 resumed = ctx._preemption["resumed"]
 
 
+def hold_until_signalled(timeout: float = 600) -> None:
+    """Tell the test this rank is held (a marker file), then wait for the stop signal."""
+    (out / f"held-run{restart}-rank{ctx.rank}").touch()
+    deadline = time.monotonic() + timeout
+    while not STOP.requested:
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {ctx.rank}: no SIGUSR2 within {timeout} s of the hold")
+        time.sleep(0.05)
+
+
 class Record(tf.keras.callbacks.Callback):
-    """Writes progress for the test; sends the signal; slows steps down when asked."""
+    """Writes progress for the test; sends the signal; holds a step until the signal comes."""
 
     def __init__(self) -> None:
         super().__init__()
         at = args.signal_at
         self.signal_at = tuple(int(v) for v in at.split(":")) if at else None
+        holds = [tuple(int(v) for v in h.split(":")) for h in args.hold_at]
+        self.hold_at = holds[restart] if restart < len(holds) else None
         self.epoch = 0
         self.batches = 0
 
@@ -84,8 +120,8 @@ class Record(tf.keras.callbacks.Callback):
         mine = args.signal_rank is None or args.signal_rank == ctx.rank
         if (self.epoch, batch) == self.signal_at and mine:
             os.kill(os.getpid(), signal.SIGUSR2)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        if (self.epoch, batch) == self.hold_at:
+            hold_until_signalled()
 
     def on_epoch_end(self, epoch, logs=None):
         whole = self.batches == self.params["steps"]  # not cut short by the signal
