@@ -89,3 +89,12 @@ def cluster_dir() -> Iterator[Path]:
 def cluster_tmp() -> Iterator[Path]:
     with cluster_dir() as path:
         yield path
+
+
+@pytest.fixture
+def jobs_to_cancel() -> Iterator[list[str]]:
+    """Slurm job ids a test submits; whatever is left of them is cancelled after the test."""
+    submitted: list[str] = []
+    yield submitted
+    for job in submitted:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)

@@ -12,9 +12,12 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 import ctrain
 
@@ -119,3 +122,24 @@ def snapshot(directory: Path) -> dict[str, bytes | None]:
         str(p.relative_to(directory)): p.read_bytes() if p.is_file() else None
         for p in sorted(directory.rglob("*"))
     }
+
+
+REGISTRY = "127.0.0.1:5000"  # the local registry `make services` starts
+
+
+def registry_up() -> bool:
+    """Whether the local registry answers its API root."""
+    try:
+        with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def need(ok: bool, message: str) -> None:
+    """A test's service or tool: skipped without it, but with CI=true a failure."""
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)

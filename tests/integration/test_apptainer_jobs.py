@@ -20,7 +20,6 @@ import os
 import subprocess
 import tarfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,31 +27,14 @@ import pytest
 
 from ctrain.images import pull, sif
 from tests import fake_apptainer
-from tests.helpers import ctrain_env
+from tests.helpers import REGISTRY, ctrain_env, need, registry_up
 
 from .jobs import BIN
 from .test_jobs_real import RESUMABLE, final_weights, job_env, lines, log, render, wait_done
 
-REGISTRY = "127.0.0.1:5000"
 TIMEOUT = 180
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 pytestmark = [pytest.mark.timeout(900)]
-
-
-def need(ok: bool, message: str) -> None:
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {message}", pytrace=False)
-    pytest.skip(message)
-
-
-def registry_up() -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
 
 
 def empty_root() -> bytes:
@@ -121,14 +103,6 @@ class StandIn:
     def images(self) -> list[object]:
         found = [c["container"] for c in self.calls() if "container" in c]
         return [c["image"] for c in found if isinstance(c, dict)]
-
-
-@pytest.fixture
-def jobs_to_cancel() -> Iterator[list[str]]:
-    submitted: list[str] = []
-    yield submitted
-    for job in submitted:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30)
 
 
 OFFLINE_STEP = "ALL,FAKE_APPTAINER_OFFLINE=1"  # srun's --export: the step's, not the batch's

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
+from tests.helpers import CTRAIN, REGISTRY
 
 from .images import REPO, base_image
 from .jobs import clean_env, reports, run
 from .test_bench_real import TINY
 
-REGISTRY = "127.0.0.1:5000"
 TAG = "ci"
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
 BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds

@@ -91,14 +91,6 @@ def release_if_held(job: str, status: str) -> None:
     )
 
 
-@pytest.fixture
-def jobs_to_cancel() -> Iterator[list[str]]:
-    submitted: list[str] = []
-    yield submitted
-    for job in submitted:
-        subprocess.run(["scancel", job], capture_output=True, timeout=30)
-
-
 def submit(script: str, workdir: Path, submitted: list[str], **extra: str) -> str:
     path = workdir / "job.sbatch"
     path.write_text(script)

@@ -29,7 +29,7 @@ from tests import fake_apptainer
 from tests.conftest import CLUSTER_SHARED_TMP
 
 from .jobs import BIN
-from .test_apptainer_jobs import StandIn, image_env, jobs_to_cancel, remote_image, sbatch
+from .test_apptainer_jobs import StandIn, image_env, remote_image, sbatch
 from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, sh, wait_done
 from .test_multinode import SRUN, STEP_TIMEOUT, placed, probe, reports, same_weights
 from .test_multinode_jobs import NODES, OPENMPI_ON_THE_CLUSTER
@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.tensorflow,
     pytest.mark.timeout(2 * STEP_TIMEOUT),
 ]
-__all__ = ["jobs_to_cancel", "remote_image"]  # fixtures of test_apptainer_jobs.py
+__all__ = ["remote_image"]  # a fixture of test_apptainer_jobs.py
 LOGIN_HOST = os.uname().nodename
 FAIL_TIMEOUT = 90  # seconds for a job whose batch step fails at its first command
 

@@ -11,42 +11,24 @@ import re
 import subprocess
 import tarfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ctrain.images import pull, sif
-from tests.helpers import run_ctrain, start_ctrain
+from tests.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
 
 pytestmark = pytest.mark.docker
 
-REGISTRY = "127.0.0.1:5000"
 BUSYBOX = Path("/bin/busybox")
 TIMEOUT = 180
-
-
-def need(ok: bool, message: str) -> None:
-    if ok:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {message}", pytrace=False)
-    pytest.skip(message)
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["docker", *args], capture_output=True, text=True, timeout=TIMEOUT, check=check
     )
-
-
-def registry_up() -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
 
 
 def busybox_tar() -> bytes:

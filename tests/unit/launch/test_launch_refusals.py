@@ -26,20 +26,10 @@ from ctrain.launch.plan import (
 )
 from ctrain.names import Mode
 from ctrain.settings import resolve
+from tests.unit.launch.test_modes import JOB, STEP2
 
 HOSTLIST_FIX = "check the value Slurm set; it should look like node[01-04],gpu1"
 CONTRADICTION = "the launcher's variables contradict each other; relaunch with srun or mpirun"
-JOB = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "vm", "SLURM_NODEID": "0"}
-STEP2 = {
-    **JOB,
-    "SLURM_NTASKS": "2",
-    "SLURM_STEP_ID": "0",
-    "SLURM_STEP_NUM_TASKS": "2",
-    "SLURM_STEP_NODELIST": "vm",
-    "SLURM_STEP_TASKS_PER_NODE": "2",
-    "SLURM_PROCID": "1",
-    "SLURM_LOCALID": "1",
-}
 
 
 def job(environ: dict[str, str]) -> JobEnv:
