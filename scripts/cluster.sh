@@ -7,8 +7,9 @@
 #   - per host a network namespace /run/netns/cnNN, a veth pair (ctrain-cnNN on the bridge, eth0
 #     with $CLUSTER_NET.(10+i) inside), lo up, NO default route: compute hosts are offline;
 #   - per host one slurmd (`slurmd -N cnNN`) in that network namespace plus its own UTS namespace
-#     (hostname cnNN) and mount namespace with a private /tmp ($CLUSTER_ROOT/cnNN/tmp); the rest
-#     of the filesystem is shared, as on a cluster;
+#     (hostname cnNN); the filesystem, /tmp included, is shared (a checkout or venv under /tmp
+#     must be seen by every host). Slurm's per-node scratch (TmpFS, where the PMIx plugin makes
+#     its spmix_appdir_* directories, which would clash between hosts) is $CLUSTER_ROOT/%n/tmp;
 #   - /etc/hosts lines for every host and for the login host's name (-> the bridge address, so
 #     srun and slurmctld on the login host are reachable from the compute hosts), each ending with
 #     $HOSTS_MARK; other lines naming the login host are commented out with $HOSTS_OFF.
@@ -30,6 +31,7 @@ cluster_hostlist() { printf 'cn[01-%02d]' "$1"; }
 # the hardware part of `slurmd -C` (every host is this machine: same CPUs, shared by all).
 cluster_conf_lines() {
     local n=$1 hw=$2
+    echo "TmpFS=$CLUSTER_ROOT/%n/tmp"
     echo "NodeName=$(cluster_hostlist "$n") NodeAddr=$CLUSTER_NET.[11-$((10 + n))] $hw State=UNKNOWN"
     echo "PartitionName=$CLUSTER_PARTITION Nodes=$(cluster_hostlist "$n") Default=NO MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
 }
@@ -85,6 +87,7 @@ net_up() {
         install -d -m 1777 "$CLUSTER_ROOT/$name/tmp"
         install -d -m 0755 "/var/spool/slurmd-$name"
     done
+    install -d -m 1777 "$CLUSTER_ROOT/$HOST/tmp"  # the login host's node, TmpFS too
     sort -u -o "$CLUSTER_STATE" "$CLUSTER_STATE"
 }
 
@@ -110,9 +113,8 @@ start_node_slurmd() {
     log "slurmd $name: starting"
     # Not `ip netns exec`: it mounts a fresh /sys, hiding the cgroup mounts slurmd checks.
     # shellcheck disable=SC2016  # $0/$1 are expanded by the inner sh
-    nsenter --net="/run/netns/$name" unshare --uts --mount --propagation private \
-        sh -c 'mount --bind "$0" /tmp && hostname "$1" && exec slurmd -N "$1"' \
-        "$CLUSTER_ROOT/$name/tmp" "$name" 9>&- \
+    nsenter --net="/run/netns/$name" unshare --uts \
+        sh -c 'hostname "$0" && exec slurmd -N "$0"' "$name" 9>&- \
         || { show_log "$SLURM_LOGDIR/slurmd-$name.log"; die "slurmd $name failed to start"; }
 }
 
@@ -188,9 +190,9 @@ cluster_down() {
     for name in $(cluster_nodes); do
         ip link delete "ctrain-$name" >/dev/null 2>&1 || true
         ip netns delete "$name" >/dev/null 2>&1 || true
-        rm -rf "${CLUSTER_ROOT:?}/$name"  # the host's /tmp
         log "cluster: removed host $name"
     done
+    rm -rf "${CLUSTER_ROOT:?}"  # every node's Slurm scratch (TmpFS)
     ip link delete "$CLUSTER_BRIDGE" >/dev/null 2>&1 || true
     if grep -qE -- "$HOSTS_MARK\$|^$HOSTS_OFF" /etc/hosts; then
         hosts_without_cluster | write_hosts

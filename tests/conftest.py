@@ -76,8 +76,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @contextlib.contextmanager
 def cluster_dir() -> Iterator[Path]:
-    """A fresh directory every compute host sees (not under the hosts' private /tmp), removed
-    at the end."""
+    """A fresh directory every compute host sees (under /var/tmp, as a site's shared filesystem;
+    never /tmp, node-local on a real cluster), removed at the end."""
     path = Path(tempfile.mkdtemp(prefix="ctrain-cluster-", dir=CLUSTER_SHARED_TMP))
     try:
         yield path
