@@ -9,8 +9,8 @@ and plain SGD; the outside scripts are benchmarks/scripts/, the API side is ctra
   keras3   keras3_mwms_synthetic.py (`import keras`, builds MultiWorkerMirroredStrategy itself)
            against the API on Keras 3 (`--keras 3`), both under `srun -n 2 ctrain launch`
 
-The four runs are interleaved and repeated, so load on the machine moves both sides of a pair;
-the table gives the median ratio and its range over the repetitions.
+The four runs are interleaved and repeated, each side of a pair first in turn, so load on the
+machine moves both sides; the table gives the median ratio and its range over the repetitions.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def images_per_second(side: str, stdout: str, report: Path) -> float:
 
 
 def scripts_vs_api(work: Path, reps: int, per_iter: int = 5, iters: int = 4) -> dict[str, Any]:
-    """Each pair's two sides ``reps`` times, interleaved (script, API, script, API, ...)."""
+    """Each pair's two sides ``reps`` times, interleaved (script, API, API, script, ...)."""
     rates: dict[str, dict[str, list[float]]] = {p: {"script": [], "api": []} for p in LAUNCHERS}
     failures: dict[str, str] = {}
     env = clean_env(threads=1)
@@ -62,7 +62,8 @@ def scripts_vs_api(work: Path, reps: int, per_iter: int = 5, iters: int = 4) -> 
             if pair in failures:
                 continue
             report = work / f"scripts-{pair}-report"
-            for side, argv in commands(pair, per_iter, iters, report).items():
+            sides = list(commands(pair, per_iter, iters, report).items())
+            for side, argv in sides[:: -1 if rep % 2 else 1]:  # each side first in turn
                 say(f"scripts vs API {rep + 1}/{reps}: {pair}, {side}")
                 for stale in report.glob("rank*.json"):
                     stale.unlink()
