@@ -1,7 +1,7 @@
 """`make bench`: what ctrain costs on top of plain TensorFlow, measured side by side in one run.
 
     .venv/bin/python benchmarks/run.py [--out runs/bench]
-                                       [--only startup,launch,scaling,input,memory]
+                                       [--only startup,launch,scaling,input,memory,scripts]
 
 Sections (README.md, section Benchmarks, shows the figures):
   startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
@@ -11,6 +11,8 @@ Sections (README.md, section Benchmarks, shows the figures):
   scaling  2 workers against 1, one thread each, multiworker and horovod, via `ctrain bench`
   input    the examples' real-data tf.data pipeline against synthetic tensors, same model
   memory   peak resident memory per worker against the same script run directly
+  scripts  outside-style scripts (Horovod Keras, Keras 3 MultiWorkerMirroredStrategy) against
+           the same through ctrain's API, 2 workers (benchmarks/scripts_vs_api.py)
 
 Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
 `make install services`. Numbers are ratios taken in the same run, interleaved where it
@@ -32,10 +34,11 @@ from typing import Any
 
 from common import REPO, T0, say
 from overhead import launch_overhead, launch_table, memory, memory_table
+from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
 from throughput import input_pipeline, input_table, scaling, scaling_table
 
-SECTIONS = ("startup", "launch", "scaling", "input", "memory")
+SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts")
 
 
 def find_image(requested: str | None) -> str | None:
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "runs" / "bench"))
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
-    parser.add_argument("--reps", type=int, default=3, help="launch-overhead repetitions")
+    parser.add_argument("--reps", type=int, default=3, help="launch and scripts repetitions")
     parser.add_argument("--startup-reps", type=int, default=15)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per scaling run")
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             tables.append(("Memory", memory_table(results["memory"])))
         except (RuntimeError, OSError, KeyError) as exc:
             tables.append(("Memory", f"failed: {exc}"))
+    if "scripts" in only:
+        results["scripts"] = scripts_vs_api(work, args.reps)
+        tables.append(("Scripts against the API", scripts_table(results["scripts"])))
     load_after = os.getloadavg()
     elapsed = time.monotonic() - T0
     head = (
