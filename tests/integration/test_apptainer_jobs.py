@@ -179,9 +179,11 @@ def test_the_step_is_offline_and_the_batch_step_is_not(
         f"apptainer exec {remote_image} true && echo batch online\n"
         f"srun apptainer exec {remote_image} true || echo step offline\n"
     )
-    env = standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP)
+    # apptainer itself caches under APPTAINER_CACHEDIR, else ~/.apptainer: keep it in tmp_path.
+    env = standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP, APPTAINER_CACHEDIR=str(tmp_path / "ac"))
     job = sbatch(script, env, tmp_path, jobs_to_cancel)
     assert wait_done(job, tmp_path)["JobState"] == "COMPLETED", log(tmp_path)
+    assert list((tmp_path / "ac" / "cache").iterdir())  # the batch step's pull went there
     text = log(tmp_path)
     assert "batch online\n" in text and "no route to host" in text and "step offline\n" in text
 
