@@ -64,7 +64,7 @@ demo: system install services  ## fresh machine to a 2-worker training on the em
 	  $(VENV)/bin/ctrain launch -- $(VPY) examples/mnist_cnn.py --out runs/demo
 
 .PHONY: bench
-bench:  ## measure ctrain's overheads and scaling here (~10 min; needs install, services)
+bench:  ## measure ctrain's overheads, scaling and scripts against its API here (~15 min; needs install, services)
 	$(VPY) benchmarks/run.py --out runs/bench
 
 # ---- Images (docs/images.md): Dockerfile.gpu and definitions/*.def both run docker/install.sh.
