@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, wait_for
+from tests.helpers import CTRAIN, need, wait_for
 
 from .jobs import BIN, SCRIPTS, clean_env
 
@@ -266,11 +266,8 @@ def test_multiworker_job_script_through_docker_requeued_once(
     uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
 ) -> None:
     image = cpu_image()
-    if image is None:
-        reason = "no CPU image (ctrain:ci-cpu, built by tests/integration/test_built_images.py)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason)
+    need(image is not None, "no CPU image (ctrain:ci-cpu, built by test_built_images.py)")
+    assert image is not None
     shutil.copy(RESUMABLE, tmp_path / "train.py")  # docker binds the working directory
     out = tmp_path / "out"
     command = ["python", str(tmp_path / "train.py"), str(out), str(EPOCHS), *holds("1:5")]

@@ -18,7 +18,7 @@ import pytest
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import overlay
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox, wait_for
+from tests.helpers import need, run_ctrain, sandbox, wait_for
 
 MIB = 1024**2
 GIB = 1024**3
@@ -107,10 +107,8 @@ def test_plan_uses_mkfs_even_with_apptainer_on_path(tmp_path: Path) -> None:
 
 
 def test_tool_finder_looks_in_sbin() -> None:
-    if not Path("/usr/sbin/mkfs.ext3").exists() and not Path("/sbin/mkfs.ext3").exists():
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true and no mkfs.ext3 in sbin (make system)", pytrace=False)
-        pytest.skip("no mkfs.ext3 in sbin here")
+    in_sbin = Path("/usr/sbin/mkfs.ext3").exists() or Path("/sbin/mkfs.ext3").exists()
+    need(in_sbin, "no mkfs.ext3 in sbin (make system)")
     assert overlay.tool_finder({"PATH": "/nonexistent"})("mkfs.ext3") is not None
 
 
@@ -171,10 +169,8 @@ def test_refusals_are_one_line_and_write_nothing(
 
 def e2fs_tool(name: str) -> str:
     found = overlay.tool_finder(os.environ)(name)
-    if found is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and no {name} (make system)", pytrace=False)
-        pytest.skip(f"no {name} here")
+    need(found is not None, f"no {name} (make system)")
+    assert found is not None
     return found
 
 

@@ -22,7 +22,7 @@ from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
-from tests.helpers import REPO, sandbox
+from tests.helpers import REPO, need, sandbox
 
 TEMPLATES = REPO / "jobs"
 GOLDEN = REPO / "tests" / "unit" / "golden" / "jobs"
@@ -175,10 +175,7 @@ def _shell_files(tmp_path: Path) -> list[Path]:
 
 
 def test_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
-    if shutil.which("shellcheck") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("shellcheck is missing (make system)")
-        pytest.skip("shellcheck not installed (make system)")
+    need(shutil.which("shellcheck") is not None, "shellcheck not installed (make system)")
     files = _shell_files(tmp_path)
     done = subprocess.run(
         ["shellcheck", *map(str, files)], capture_output=True, text=True, timeout=120
