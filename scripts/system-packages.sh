@@ -12,6 +12,8 @@ packages=(
     busybox-static                          # a tiny static image for the docker pull tests
     shellcheck procps iproute2 python3-venv
     python3-click                           # ctrain's core on Debian's own Python (tests run it as a plain user)
+    podman crun fuse-overlayfs uidmap       # the podman runtime (rootful in the tests; rootless needs uidmap)
+    charliecloud-runtime charliecloud-builders  # ch-run, ch-convert, ch-image: the unprivileged HPC runtime
 )
 
 missing=()
