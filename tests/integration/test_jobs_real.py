@@ -21,6 +21,7 @@ import pytest
 
 from tests.helpers import CTRAIN, need, wait_for
 
+from .images import ci_cpu_image
 from .jobs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
@@ -250,22 +251,11 @@ def test_requeue_loop_resumes_exactly(
     assert final_weights(out, 2) == final_weights(uninterrupted, 2)
 
 
-def cpu_image() -> str | None:
-    """The CPU image of issue 7's recipe built in this CI run
-    (tests/integration/test_built_images.py builds ctrain:ci-cpu from this checkout), or
-    $CTRAIN_TEST_CPU_IMAGE."""
-    wanted = os.environ.get("CTRAIN_TEST_CPU_IMAGE", "ctrain:ci-cpu")
-    if shutil.which("docker") is None:
-        return None
-    found = subprocess.run(["docker", "image", "inspect", wanted], capture_output=True, timeout=60)
-    return wanted if found.returncode == 0 else None
-
-
 @pytest.mark.docker
 def test_multiworker_job_script_through_docker_requeued_once(
     uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
 ) -> None:
-    image = cpu_image()
+    image = ci_cpu_image()
     need(image is not None, "no CPU image (ctrain:ci-cpu, built by test_built_images.py)")
     assert image is not None
     shutil.copy(RESUMABLE, tmp_path / "train.py")  # docker binds the working directory

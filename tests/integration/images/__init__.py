@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -67,3 +68,14 @@ def ctrain_min_image() -> str:
         )
     assert done.returncode == 0, done.stdout + done.stderr
     return name
+
+
+def ci_cpu_image() -> str | None:
+    """The CPU image of issue 7's recipe built in this CI run
+    (tests/integration/test_built_images.py builds ctrain:ci-cpu from this checkout), or
+    $CTRAIN_TEST_CPU_IMAGE."""
+    wanted = os.environ.get("CTRAIN_TEST_CPU_IMAGE", "ctrain:ci-cpu")
+    if shutil.which("docker") is None:
+        return None
+    found = subprocess.run(["docker", "image", "inspect", wanted], capture_output=True, timeout=60)
+    return wanted if found.returncode == 0 else None
