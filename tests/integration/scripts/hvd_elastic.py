@@ -25,16 +25,29 @@ state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 
 
 class ShrinkAfterEpoch2(tf.keras.callbacks.Callback):
-    """Rank 0 asks for one slot after epoch 2; each step takes a while, so that Horovod's host
-    discovery (every second) sees the change long before the last epoch."""
+    """Rank 0 asks for one slot after epoch 2; from then on every rank waits at the next step's
+    end until Horovod's host discovery has seen the change: the elastic state's own check (a
+    broadcast from rank 0, so the ranks poll in lockstep) raises HostsUpdatedInterrupt then."""
+
+    asked = False
+
+    def on_train_begin(self, logs=None):
+        self.asked = False  # a restarted (smaller) world does not wait again
 
     def on_epoch_end(self, epoch, logs=None):
-        if state.epoch == 2 and hvd.rank() == 0:
-            with open(hosts, "w") as f:
-                f.write("localhost:1\n")
+        if state.epoch == 2 and hvd.size() == 2:
+            self.asked = True
+            if hvd.rank() == 0:
+                with open(hosts, "w") as f:
+                    f.write("localhost:1\n")
 
     def on_train_batch_end(self, batch, logs=None):
-        time.sleep(0.05)
+        deadline = time.monotonic() + 120
+        while self.asked:
+            state.check_host_updates()
+            if time.monotonic() > deadline:
+                sys.exit(f"rank {hvd.rank()}: no host update within 120 s of the change")
+            time.sleep(0.05)
 
 
 callbacks = [
