@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.standin_pyxis.options import Refused, from_environment, ignored, split
+from tests.standin_pyxis.options import Asked, Refused, from_environment, ignored, split
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout holding tests/
 TASK = (
@@ -19,9 +19,9 @@ TASK = (
 )
 
 
-def task_spec(asked: object, environ: dict[str, str]) -> str:
+def task_spec(asked: Asked, environ: dict[str, str]) -> str:
     """What every task gets: the options, and the image as FAKE_PYXIS_* models it."""
-    spec = dataclasses.asdict(asked)  # type: ignore[call-overload]
+    spec = dataclasses.asdict(asked)
     spec.pop("given")
     spec["image_env"] = json.loads(environ.get("FAKE_PYXIS_IMAGE_ENV") or "{}")
     spec["image_workdir"] = environ.get("FAKE_PYXIS_IMAGE_WORKDIR") or "/"

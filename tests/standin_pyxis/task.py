@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 SQUASHFS_MAGIC = b"hsqs"
 LOCALE = ("LANG", "LANGUAGE", "LC_ALL")  # dropped from the task unless --container-env names them
@@ -39,11 +40,11 @@ def task_env(host: dict[str, str], image_env: dict[str, str], listed: list[str])
     return env
 
 
-def mount_lines(mounts: list[dict[str, object]]) -> list[str]:
+def mount_lines(mounts: list[dict[str, Any]]) -> list[str]:
     """Real bind mounts for what the host cannot already show (another destination, or ro)."""
     lines = []
     for mount in mounts:
-        src, dst, flags = str(mount["src"]), str(mount["dst"]), list(mount["flags"])  # type: ignore[call-overload]
+        src, dst, flags = str(mount["src"]), str(mount["dst"]), list(mount["flags"])
         if src[0] != "/" or dst[0] != "/":
             raise Failed(f"stand-in: relative mount paths ({src}:{dst}) are not modelled")
         if not Path(src).exists():
@@ -77,8 +78,9 @@ def main(argv: list[str]) -> int:
         return 1
     log = spec.get("log")
     if log:
-        line = {"task": host.get("SLURM_PROCID"), "host": os.uname().nodename, "workdir": workdir,
-                "command": command, "env": env, **{k: spec[k] for k in ("image", "mounts")}}  # fmt: skip
+        line = {"task": host.get("SLURM_PROCID"), "host": os.uname().nodename, "image":
+                spec["image"], "mounts": spec["mounts"], "workdir": workdir, "command": command,
+                "env": env}  # fmt: skip
         with open(log, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
     if lines:  # unshare execs the shell, which execs the command: the pid stays the task's
