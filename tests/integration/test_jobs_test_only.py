@@ -9,6 +9,8 @@ it says, and what is asserted:
 - 2 nodes are refused ("Requested node configuration is not available": --test-only does not
   accept more nodes than exist), and the same script with ``--nodes=1`` on the command line is
   accepted, so the node count is the only thing this cluster cannot give.
+pyxis scripts too: their --container-* options are srun's, on the step's line inside the
+script, so sbatch checks only their #SBATCH lines (the same as on other runtimes).
 """
 
 from __future__ import annotations
