@@ -22,7 +22,7 @@ from tests import fake_pyxis
 from tests.helpers import SRC, need
 from tests.standin.remote import DEFAULT_PATH
 
-from .jobs import BIN
+from .jobs import BIN, clean_env
 from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, submit, wait_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
@@ -85,3 +85,25 @@ def test_multiworker_job_through_pyxis(
         assert env["CTRAIN_MODE"] == "multiworker" and env["PYTHONNOUSERSITE"] == "1"
         assert env["PATH"] == image_env["PATH"] and "LANG" not in env
         assert task["command"] == ["ctrain", "launch", "--", *command]
+
+
+def test_exec_starts_one_step_through_pyxis(tmp_path: Path, squashfs: Path) -> None:
+    """``ctrain exec --runtime pyxis`` outside an allocation: srun makes one (on the debug
+    partition, SLURM_PARTITION) and runs the step; the value asked with --env arrives as given
+    over the image's, in ctrain's directory, with the command's exit status."""
+    bin_dir = tmp_path / "bin"
+    fake_pyxis.install(bin_dir)
+    value = "a,b $HOME `id` 'q'"
+    probe = "import os, sys; print(repr(os.environ['X']), os.getcwd()); sys.exit(3)"
+    argv = [str(BIN / "ctrain"), "exec", "--runtime", "pyxis", "--no-launch", "--env", f"X={value}",
+            str(squashfs), "--", "python", "-c", probe]  # fmt: skip
+    image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "X": "the image's"}
+    env = clean_env(
+        PATH=f"{bin_dir}:{BIN}:{DEFAULT_PATH}",
+        PYTHONPATH=SRC,
+        SLURM_PARTITION="debug",
+        FAKE_PYXIS_IMAGE_ENV=json.dumps(image_env),
+    )
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.strip() == f"{value!r} {tmp_path}"

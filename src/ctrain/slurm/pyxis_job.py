@@ -43,9 +43,9 @@ def block() -> str:
     names = ",".join(pyxis.JOB_ENV)
     return f"""\
 # pyxis (srun options; sbatch reads none of them): each task runs in a container enroot makes
-# from the image on its node, in this directory, mounted at the same path with the job's
-# TMPDIR; the variables named in {pyxis.ENV} keep this script's values over the image's; the
-# home directory stays out.
+# on its node from $image (in enroot's form: ctrain resolve printed it so for pyxis), in this
+# directory, mounted at the same path with the job's TMPDIR; the variables named in
+# {pyxis.ENV} keep this script's values over the image's; the home directory stays out.
 workdir=$PWD
 mounts=$workdir:$workdir
 if [ -d "${{TMPDIR:-}}" ] && [ "$TMPDIR" != /tmp ] && [ "$TMPDIR" != "$workdir" ]; then
