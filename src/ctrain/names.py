@@ -51,8 +51,10 @@ BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
 CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
+PYXIS = "pyxis"  # srun's --container-* options (enroot underneath); never chosen by auto
 HOST = "host"  # no container: the current environment
-RUNTIMES = (*CONTAINER_RUNTIMES, HOST)
+RUNTIMES = (*CONTAINER_RUNTIMES, PYXIS, HOST)
+RUNTIME_PROGRAMS = {PYXIS: "srun"}  # the program of a runtime not named after it
 RUNTIME_CHOICES = (AUTO, *RUNTIMES)
 
 # ---- remote image schemes -------------------------------------------------------------------

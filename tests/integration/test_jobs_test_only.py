@@ -9,6 +9,8 @@ it says, and what is asserted:
 - 2 nodes are refused ("Requested node configuration is not available": --test-only does not
   accept more nodes than exist), and the same script with ``--nodes=1`` on the command line is
   accepted, so the node count is the only thing this cluster cannot give.
+pyxis scripts too: their --container-* options are srun's, on the step's line inside the
+script, so sbatch checks only their #SBATCH lines (the same as on other runtimes).
 """
 
 from __future__ import annotations
@@ -122,3 +124,20 @@ def test_golden_script_is_accepted_on_a_node_of_this_size(script: Path) -> None:
     if "#SBATCH --gpus-per-node=" in script.read_text():
         size.append("--gpus-per-node=1")
     assert processors_if_accepted(sbatch_test_only(script, *size)) == 1
+
+
+PYXIS_CASES = [
+    (mode, gpus) for mode in ("single", "multiworker", "horovod-srun") for gpus in (0, 1)
+]
+
+
+@pytest.mark.parametrize(("mode", "gpus"), PYXIS_CASES)
+def test_pyxis_script_is_accepted(tmp_path: Path, mode: str, gpus: int) -> None:
+    """pyxis' --container-* options are srun's, on the step's line inside the script: sbatch
+    checks the #SBATCH lines, which are the same as on any other runtime."""
+    options = ["--gpus-per-node", str(gpus), "--runtime", "pyxis", "--image", "docker://a.b/c:1"]
+    if mode != "single":
+        options += ["--nodes", "1", "--tasks-per-node", "1"]
+    script = render(tmp_path, mode, *options)
+    assert "--container-image=" in script.read_text()
+    assert processors_if_accepted(sbatch_test_only(script)) == 1

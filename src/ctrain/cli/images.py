@@ -112,8 +112,9 @@ def resolve(image: str | None, **flags: str | None) -> None:
     On apptainer and singularity a remote IMAGE (docker://...) is pulled as `ctrain pull` does
     (locked and recorded: an image pulled before, on a login node for instance, is reused
     without the network) and its local SIF file is printed. A local file, and any image on
-    docker, podman or host (they pull on each node themselves, or run none), is printed as given.
-    The job scripts run it once in the batch step.
+    docker, podman or host (they pull on each node themselves, or run none), is printed as given;
+    on pyxis, in enroot's form (REGISTRY#REPO:TAG, an absolute squashfs path). The job scripts
+    run it once in the batch step.
     """
     from ctrain.images import resolve as resolving
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from ctrain.container.apptainer import Apptainer
 from ctrain.container.docker import Docker
 from ctrain.container.host import Host
+from ctrain.container.pyxis import Pyxis
 from ctrain.container.spec import (
     Action,
     Bind,
@@ -30,7 +31,15 @@ from ctrain.container.spec import (
 )
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
-from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
+from ctrain.names import (
+    AUTO,
+    CONTAINER_RUNTIMES,
+    ENGINE_RUNTIMES,
+    HOST,
+    PYXIS,
+    RUNTIME_PROGRAMS,
+    SIF_RUNTIMES,
+)
 
 
 class Runtime(Protocol):
@@ -51,6 +60,7 @@ class Runtime(Protocol):
 RUNTIMES: dict[str, Runtime] = {
     **{name: Apptainer(name) for name in SIF_RUNTIMES},
     **{name: Docker(name) for name in ENGINE_RUNTIMES},
+    PYXIS: Pyxis(),
     HOST: Host(),
 }
 
@@ -61,10 +71,11 @@ def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[
         return RUNTIMES[HOST], ""
     names = CONTAINER_RUNTIMES if requested == AUTO else (requested,)
     for name in names:
-        program = which(name)
+        program = which(RUNTIME_PROGRAMS.get(name, name))
         if program:
             return RUNTIMES[name], program
     wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else requested
+    wanted = RUNTIME_PROGRAMS.get(wanted, wanted)
     raise ExternalToolError(
         f"no container runtime found on PATH (looked for {wanted})",
         "load the site's apptainer module, or use the current environment: --runtime host",

@@ -10,7 +10,8 @@ one step never pull: the job scripts resolve the image once in the batch step
 (``ctrain resolve``), and a rank that finds no pulled file refuses with that fix.
 
 Docker and podman pull on each node themselves, the host runtime has no image, and a local file
-is used as it is: those references are returned as given.
+is used as it is: those references are returned as given. On pyxis, enroot imports the image on
+each node of the step; the reference is returned in enroot's form (container.pyxis).
 
 Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
 header; ``fetch`` runs the pull.
@@ -18,18 +19,20 @@ header; ``fetch`` runs the pull.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ctrain.container.pyxis import enroot_image
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir
 from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
 from ctrain.images.sif import decide as sif_decide
 from ctrain.images.sif import read_sidecar, target_state
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import SIF_RUNTIMES, is_remote
+from ctrain.names import PYXIS, SIF_RUNTIMES, is_remote
 from ctrain.settings import Resolved
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
@@ -86,6 +89,8 @@ def choose(
     environ: Mapping[str, str],
 ) -> ImageChoice:
     """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
+    if runtime == PYXIS:  # enroot imports it on each node of the step, in its own form
+        return ImageChoice(enroot_image(image, os.getcwd()))
     remote = is_remote(image, "exec")
     if decide(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctrain.errors import CtrainError, JobRequestError
-from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, RUNTIME_CHOICES
+from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, PYXIS, RUNTIME_CHOICES
+from ctrain.slurm import pyxis_job
 from ctrain.util.shipped import shipped_dir
 
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
@@ -284,6 +285,8 @@ def _check_names(v: Resolved) -> None:
         )
     if not v.image:
         raise JobRequestError("an empty --image", "name the image, or use --runtime host")
+    if v.runtime == PYXIS:
+        pyxis_job.check(v.mode)
 
 
 def _checked(v: Resolved) -> Resolved:
@@ -338,7 +341,8 @@ def render_resolved(v: Resolved, text: str) -> str:
     line = f"    set -- {shlex.join(v.command)}"
     if any(c in arg for arg in v.command for c in "$`"):  # literal in single quotes, on purpose
         line = "    # shellcheck disable=SC2016  # $ and ` in the command are literal\n" + line
-    return _set_line(text, r"^    set -- .*$", line)
+    text = _set_line(text, r"^    set -- .*$", line)
+    return pyxis_job.render(text) if v.runtime == PYXIS else text
 
 
 def render(request: JobRequest, environ: Mapping[str, str] | None = None) -> str:

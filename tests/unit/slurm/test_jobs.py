@@ -88,6 +88,28 @@ CASES: dict[str, JobRequest] = {
         runtime="docker",
         nv=True,
     ),
+    # pyxis: srun --container-* steps (GPU variants, a squashfs file on CPU nodes)
+    "multiworker-pyxis-2x4": JobRequest(
+        "multiworker",
+        ("python", "train.py"),
+        nodes=2,
+        gpus_per_node=4,
+        image="docker://nvcr.io/lab/ctrain:0.1.0-gpu",
+        runtime="pyxis",
+    ),
+    "horovod-srun-pyxis-2x8": JobRequest(
+        "horovod-srun", WEIRD, nodes=2, gpus_per_node=8, runtime="pyxis", account="lab"
+    ),
+    "single-pyxis-cpu": JobRequest(
+        "single",
+        ("python", "train.py"),
+        gpus_per_node=0,
+        cpus_per_task=2,
+        mem="4G",
+        time="30",
+        image="/scratch/me/ctrain 0.1.0.sqsh",
+        runtime="pyxis",
+    ),
 }
 
 
@@ -224,6 +246,7 @@ REFUSED = [
     (JobRequest("single", ()), "no training command", "--"),
     (JobRequest("single", ("x",), image="a\nb"), "newline", ""),
     (JobRequest("single", ("x",), runtime="lxc"), "--runtime", "host"),
+    (JobRequest("horovod-mpirun", ("x",), runtime="pyxis"), "only as srun steps", "horovod-srun"),
     (JobRequest("gpu", ("x",)), "unknown job mode", "multiworker"),
 ]
 

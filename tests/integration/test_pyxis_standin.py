@@ -1,0 +1,109 @@
+"""A pyxis job for real on the local Slurm, through the pyxis stand-in (tests/fake_pyxis.py): the
+multiworker script rendered with ``--runtime pyxis`` runs 2 ranks in one step whose srun carries
+pyxis' options; the stand-in reads them as pyxis does and runs each task with the environment,
+mounts and working directory pyxis gives it. Training ends with the same weights on both ranks.
+
+The image is a real squashfs file (mksquashfs of an empty directory): the stand-in checks it is
+one, and gives each task the image environment FAKE_PYXIS_IMAGE_ENV models (this venv first on
+PATH, this checkout on PYTHONPATH), as enroot would from inside the image. This is pyxis as
+documented, not pyxis itself (README: "tested by stand-in, not for real").
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import fake_pyxis
+from tests.helpers import SRC, need
+from tests.standin.remote import DEFAULT_PATH
+
+from .jobs import BIN, clean_env
+from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, submit, wait_done
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
+EPOCHS = 2
+
+
+@pytest.fixture
+def squashfs(tmp_path: Path) -> Path:
+    need(shutil.which("mksquashfs") is not None, "mksquashfs missing (squashfs-tools, make system)")
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    image = tmp_path / "ctrain.sqsh"
+    done = subprocess.run(
+        ["mksquashfs", str(root), str(image), "-quiet", "-noappend"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return image
+
+
+def test_multiworker_job_through_pyxis(
+    tmp_path: Path, squashfs: Path, jobs_to_cancel: list[str]
+) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_pyxis.install(bin_dir)
+    out, calls = tmp_path / "out", tmp_path / "pyxis.jsonl"
+    command = ["python", str(RESUMABLE), str(out), str(EPOCHS)]
+    script = render("multiworker", command, runtime="pyxis", image=str(squashfs))
+    assert 'srun --kill-on-bad-exit=1 "${container_options[@]}" ctrain launch' in script
+    image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
+    job = submit(
+        script,
+        tmp_path,
+        jobs_to_cancel,
+        PATH=f"{bin_dir}:{BIN}:{DEFAULT_PATH}",
+        PYTHONPATH=SRC,
+        LANG="C.UTF-8",  # pyxis drops the host's locale
+        FAKE_PYXIS_IMAGE_ENV=json.dumps(image_env),
+        FAKE_PYXIS_LOG=str(calls),
+    )
+    record = wait_done(job, tmp_path, timeout=240)
+    assert record["JobState"] == "COMPLETED", log(tmp_path)
+
+    runs = lines(out / "runs.jsonl")
+    assert sorted(r["rank"] for r in runs) == [0, 1]  # type: ignore[type-var]
+    assert all(r["mode"] == "multiworker" and r["end"] == "done" for r in runs)
+    first, second = final_weights(out, 2)
+    assert first == second
+    tasks = fake_pyxis.calls(calls)
+    assert sorted(str(t["task"]) for t in tasks) == ["0", "1"]
+    for task in tasks:
+        assert task["image"] == str(squashfs)
+        assert task["workdir"] == str(tmp_path)
+        mounts = task["mounts"]
+        assert isinstance(mounts, list) and mounts[0]["src"] == mounts[0]["dst"] == str(tmp_path)
+        env = task["env"]
+        assert isinstance(env, dict)
+        assert env["CTRAIN_MODE"] == "multiworker" and env["PYTHONNOUSERSITE"] == "1"
+        assert env["PATH"] == image_env["PATH"] and "LANG" not in env
+        assert task["command"] == ["ctrain", "launch", "--", *command]
+
+
+def test_exec_starts_one_step_through_pyxis(tmp_path: Path, squashfs: Path) -> None:
+    """``ctrain exec --runtime pyxis`` outside an allocation: srun makes one (on the debug
+    partition, SLURM_PARTITION) and runs the step; the value asked with --env arrives as given
+    over the image's, in ctrain's directory, with the command's exit status."""
+    bin_dir = tmp_path / "bin"
+    fake_pyxis.install(bin_dir)
+    value = "a,b $HOME `id` 'q'"
+    probe = "import os, sys; print(repr(os.environ['X']), os.getcwd()); sys.exit(3)"
+    argv = [str(BIN / "ctrain"), "exec", "--runtime", "pyxis", "--no-launch", "--env", f"X={value}",
+            str(squashfs), "--", "python", "-c", probe]  # fmt: skip
+    image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "X": "the image's"}
+    env = clean_env(
+        PATH=f"{bin_dir}:{BIN}:{DEFAULT_PATH}",
+        PYTHONPATH=SRC,
+        SLURM_PARTITION="debug",
+        FAKE_PYXIS_IMAGE_ENV=json.dumps(image_env),
+    )
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.strip() == f"{value!r} {tmp_path}"

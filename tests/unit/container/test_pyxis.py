@@ -1,0 +1,154 @@
+"""The pyxis runtime: enroot's image form, the srun step ``ctrain exec --runtime pyxis`` runs,
+and its refusals (facts: docs/pyxis-facts.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctrain.container.pyxis import enroot_image, env_names, mounts_value
+from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.container.spec import Bind
+from ctrain.container.versions import RuntimeVersion
+from ctrain.errors import CtrainError, SpecError
+
+
+def version_of(program: str) -> RuntimeVersion:
+    raise AssertionError("pyxis asks no version")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("docker://nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("docker://127.0.0.1:5000/ctrain:ci-cpu", "127.0.0.1:5000#ctrain:ci-cpu"),
+        ("docker://localhost/lab/ctrain:1", "localhost#lab/ctrain:1"),
+        ("docker://ubuntu:24.04", "ubuntu:24.04"),
+        ("docker://lab/ctrain:1", "lab/ctrain:1"),  # Docker Hub: no registry part
+        ("docker-daemon://ctrain:ci-cpu", "dockerd://ctrain:ci-cpu"),
+        ("docker-daemon:ctrain:ci-cpu", "dockerd://ctrain:ci-cpu"),
+        ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("/scratch/ctrain.sqsh", "/scratch/ctrain.sqsh"),
+        ("images/ctrain.sqsh", "/work/images/ctrain.sqsh"),
+        ("./a#b.sqsh", "/work/a#b.sqsh"),
+    ],
+)
+def test_enroot_image(given: str, expected: str) -> None:
+    assert enroot_image(given, "/work") == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("oras://ghcr.io/lab/ctrain:1", "docker:// and docker-daemon://"),
+        ("library://lab/ctrain", "docker:// and docker-daemon://"),
+        ("/scratch/ctrain.sif", "not the SIF file"),
+    ],
+)
+def test_enroot_image_refuses(given: str, words: str) -> None:
+    with pytest.raises(SpecError, match=words):
+        enroot_image(given, "/work")
+
+
+def test_mounts_and_names() -> None:
+    binds = [Bind("/data", "/data", "ro"), Bind("/scratch/out", "/out")]
+    assert mounts_value(binds) == "/data:/data:ro,/scratch/out:/out"
+    with pytest.raises(SpecError, match="cannot express"):
+        mounts_value([Bind("/data/a,b", "/data")])
+    with pytest.raises(SpecError, match="cannot express"):
+        mounts_value([Bind("/data", "/x:y")])
+    env = {"SLURM_JOB_ID": "1", "PMIX_RANK": "0", "TMPDIR": "/t", "CTRAIN_MODE": "x", "A": "1"}
+    assert env_names(env) == ["A", "CTRAIN_MODE", "TMPDIR"]
+
+
+def plan(tmp_path: Path, environ: dict[str, str], **fields: object) -> list[str]:
+    base: dict[str, object] = {
+        "runtime": "pyxis",
+        "action": "exec",
+        "image": "docker://127.0.0.1:5000/ctrain:ci-cpu",
+        "command": ("python", "train.py"),
+        "cwd": str(tmp_path),
+    }
+    request = Request(**{**base, **fields})  # type: ignore[arg-type]
+    which = lambda name: f"/usr/bin/{name}"  # noqa: E731
+    return plan_invocation(request, environ, which, None, version_of=version_of).argv
+
+
+def test_exec_is_one_srun_step(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "job").mkdir()
+    environ = {"SLURM_JOB_ID": "7", "TMPDIR": str(tmp_path / "job"), "LANG": "C.UTF-8"}
+    argv = plan(tmp_path, environ, binds=(f"{tmp_path}/data:/data:ro",), env_pairs=("X=a,b",))
+    assert argv == [
+        "/usr/bin/srun",
+        "--container-image=127.0.0.1:5000#ctrain:ci-cpu",
+        f"--container-mounts={tmp_path}/job:{tmp_path}/job,{tmp_path}/data:/data:ro,"
+        f"{tmp_path}:{tmp_path}",
+        f"--container-workdir={tmp_path}",
+        "--container-env=PYTHONNOUSERSITE,TMPDIR,X",
+        "--no-container-mount-home",
+        "ctrain",
+        "launch",
+        "--",
+        "python",
+        "train.py",
+    ]
+
+
+def test_asked_workdir_is_not_mounted_for_you(tmp_path: Path) -> None:
+    argv = plan(tmp_path, {}, workdir="/workspace", launch=False)
+    assert "--container-workdir=/workspace" in argv
+    assert not any(a.startswith("--container-mounts") for a in argv)
+    assert argv[-2:] == ["python", "train.py"]
+
+
+def test_shell_takes_a_terminal(tmp_path: Path) -> None:
+    argv = plan(tmp_path, {}, action="shell", command=())
+    assert argv[:2] == ["/usr/bin/srun", "--pty"] and argv[-1] == "/bin/bash"
+
+
+def test_process_env_carries_the_asked_values(tmp_path: Path) -> None:
+    which = lambda name: f"/usr/bin/{name}"  # noqa: E731
+    (tmp_path / "i.sqsh").write_bytes(b"hsqs")
+    request = Request("pyxis", "exec", str(tmp_path / "i.sqsh"), ("x",), env_pairs=("X=1",))
+    invocation = plan_invocation(request, {"PATH": "/bin"}, which, None, version_of=version_of)
+    assert invocation.env == {"PATH": "/bin", "X": "1", "PYTHONNOUSERSITE": "1"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "environ", "words"),
+    [
+        (
+            {},
+            {
+                "SLURM_JOB_ID": "7",
+                "SLURM_STEP_ID": "0",
+                "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_PROCID": "1",
+            },
+            "already task 1",
+        ),
+        ({"action": "run"}, {}, "no runscript"),
+        ({"image": "/nowhere/ctrain.sqsh"}, {}, "does not exist"),
+        ({"image": "oras://ghcr.io/a/b:1"}, {}, "enroot takes docker://"),
+    ],
+)
+def test_refusals(tmp_path: Path, fields: dict[str, object], environ: dict[str, str],
+                  words: str) -> None:  # fmt: skip
+    with pytest.raises(CtrainError, match=words):
+        plan(tmp_path, environ, **fields)
+
+
+def test_the_batch_step_may_start_a_step(tmp_path: Path) -> None:
+    argv = plan(tmp_path, {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "batch"})
+    assert argv[0] == "/usr/bin/srun"
+
+
+def test_pyxis_is_srun_and_never_auto() -> None:
+    runtime, program = choose_runtime("pyxis", lambda n: f"/bin/{n}" if n == "srun" else None)
+    assert runtime is RUNTIMES["pyxis"] and program == "/bin/srun"
+    with pytest.raises(CtrainError, match="looked for srun"):
+        choose_runtime("pyxis", lambda n: None)
+    with pytest.raises(CtrainError, match="no container runtime"):
+        choose_runtime("auto", lambda n: "/bin/srun" if n == "srun" else None)
