@@ -24,6 +24,9 @@ from ctrain.names import (
 
 Value = str | int | bool | tuple[str, ...] | None
 
+PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF = "bar", "lines", "off"
+PROGRESS_CHOICES = (AUTO, PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF)
+
 
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
@@ -97,6 +100,13 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         None,
         "temporary space of apptainer pull/build (node-local; none: $TMPDIR, else /tmp)",
         _text,
+    ),
+    Setting(
+        "progress",
+        AUTO,
+        "progress of pulls, pushes and builds: bar (sizes, rate), lines (one per finished "
+        "layer or step), off; auto: bar on a terminal, else lines",
+        _choice(*PROGRESS_CHOICES),
     ),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),
