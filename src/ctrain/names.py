@@ -50,6 +50,7 @@ BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
 
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
+DOCKER = ENGINE_RUNTIMES[0]  # the engine ctrain reaches through its API (images.docker_api)
 CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
 HOST = "host"  # no container: the current environment
 RUNTIMES = (*CONTAINER_RUNTIMES, HOST)

@@ -25,6 +25,7 @@ COMMANDS = [
     "run",
     "shell",
     "pull",
+    "push",
     "resolve",
     "build",
     "overlay",
