@@ -40,6 +40,14 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     )
 
 
+def sdk_installed() -> bool:
+    try:
+        from docker import APIClient  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def manifest_layers(ref: str) -> int:
     """How many layers the registry's manifest of ``ref`` lists."""
     name, _, tag = ref.removeprefix(f"{REGISTRY}/").rpartition(":")
@@ -54,6 +62,7 @@ def manifest_layers(ref: str) -> int:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fresh local image of four layers (three of new random bytes), labelled."""
     need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    need(sdk_installed(), "the Docker SDK is not installed (make install: ctrain[docker])")
     base = busybox_base()
     context = tmp_path_factory.mktemp("context")
     for name, mib in (("a", 3), ("b", 2), ("c", 1)):

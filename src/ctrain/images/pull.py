@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ctrain.errors import ConfigError, ExternalToolError, Interrupted
 from ctrain.images import cachedir
@@ -67,9 +68,9 @@ from ctrain.names import (
     split_reference,
 )
 from ctrain.util import fs, locks, proc
-from ctrain.util.progress import Event
 
-OnEvent = Callable[[Event], None]
+if TYPE_CHECKING:
+    from ctrain.util.progress import Event
 
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
@@ -248,7 +249,7 @@ def pull(
     say: Callable[[str], None],
     *,
     tmpdir: Path | None = None,
-    show: OnEvent = lambda event: None,
+    show: Callable[[Event], None] = lambda event: None,
 ) -> PullResult:
     """Run the pull ``plan``; what it does goes to ``say``, docker's layer progress to
     ``show``. ``tmpdir``: apptainer's temporary space (``cachedir.build_tmpdir``; default

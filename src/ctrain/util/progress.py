@@ -24,7 +24,7 @@ Mode = Literal["bar", "lines", "off"]
 Phase = Literal["waiting", "moving", "done", "present", "step"]
 
 CLEAR = "\r\x1b[K"  # back to the start of the line, erase it
-BAR_CELLS = 24
+BAR_CELLS = 20
 REDRAW_EVERY = 0.1  # seconds between two frames of the bar
 
 _WAITING = ("Pulling fs layer", "Waiting", "Preparing")
@@ -141,7 +141,7 @@ class Board:
         return CLEAR + self.frame(now) + "\n"
 
     def frame(self, now: float) -> str:
-        """One line: the bar, how far, how much, how fast and how many layers are done."""
+        """One line: the bar, how far, how much, how many layers are done and how fast."""
         if self.step is not None:
             step = self.step
             head = f"{self.verb} {_bar(step.current - 1, step.total)} step {step.current}/"
@@ -153,7 +153,7 @@ class Board:
         percent = f"{100 * moved // total:3d}%" if total else "  ?%"
         return _fit(
             f"{self.verb} {_bar(moved, total)} {percent} {human(moved)}/{human(total)} "
-            f"{human(moved / elapsed)}/s {done}/{len(self.layers)} layers",
+            f"{done}/{len(self.layers)} layers {human(moved / elapsed)}/s",
             self.width,
         )
 
