@@ -84,7 +84,8 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     TARGET.json records the reference, digest, time and ctrain version; pulling an up-to-date
     target downloads nothing. Concurrent pulls of one target wait for each other. Docker
     pulls through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`) and shows
-    its layers' progress: a bar on a terminal, one line per finished layer otherwise.
+    its layers' progress: a bar on a terminal, one line per finished layer otherwise;
+    apptainer's own output is passed through (--progress off: neither).
     """
     from pathlib import Path
 
@@ -100,8 +101,15 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     min_free_gb = int(str(s["min_free_gb"].value))
     tmpdir = cachedir.build_tmpdir(s, os.environ)
     show = _reporter(s, "pull")
+
+    def echo(line: str) -> None:  # apptainer's own output, unless progress is off
+        if show.board.mode != "off":
+            click.echo(line, nl=False, err=True)
+
     try:
-        result = pulling.pull(plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir, show=show)
+        result = pulling.pull(
+            plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir, show=show, echo=echo
+        )
     finally:
         show.close()
     digest = f" ({result.sidecar.digest})" if result.sidecar.digest else ""

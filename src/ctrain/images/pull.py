@@ -250,10 +250,11 @@ def pull(
     *,
     tmpdir: Path | None = None,
     show: Callable[[Event], None] = lambda event: None,
+    echo: Callable[[str], None] = lambda line: None,
 ) -> PullResult:
     """Run the pull ``plan``; what it does goes to ``say``, docker's layer progress to
-    ``show``. ``tmpdir``: apptainer's temporary space (``cachedir.build_tmpdir``; default
-    $TMPDIR, else /tmp)."""
+    ``show``, apptainer's own output lines to ``echo``. ``tmpdir``: apptainer's temporary
+    space (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -280,7 +281,7 @@ def pull(
         env = {**environ, **sif_pull_env(cache, temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
         with cachedir.in_use(cache):
-            return _pull_sif(plan, target, env, reason)
+            return _pull_sif(plan, target, env, reason, echo)
 
 
 def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
@@ -296,11 +297,17 @@ def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, s
     return sidecar, action, reason
 
 
-def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str) -> PullResult:
+def _pull_sif(
+    plan: PullPlan,
+    target: Path,
+    env: Mapping[str, str],
+    reason: str,
+    echo: Callable[[str], None],
+) -> PullResult:
     """Download into a temporary file, check it, rename it over ``target``, then record it."""
     try:
         with fs.atomic(target, fs.temp_beside(target, TEMP_TAG)) as temp:
-            size = _download_sif(plan, temp, env)
+            size = _download_sif(plan, temp, env, echo)
             # Old sidecar out first: a crash between the steps leaves no sidecar (pull again),
             # never a sidecar that describes a different file.
             plan.record.unlink(missing_ok=True)
@@ -317,12 +324,19 @@ def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str)
     return PullResult(str(target), True, new, reason)
 
 
-def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
-    """Pull into ``temp`` and check the result; its size in bytes."""
+def _download_sif(
+    plan: PullPlan, temp: Path, env: Mapping[str, str], echo: Callable[[str], None]
+) -> int:
+    """Pull into ``temp`` (its output to ``echo``) and check the result; its size in bytes."""
     untouched = "the previous image is untouched"
     said: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def on_line(line: str) -> None:
+        said.append(line)
+        echo(line)
+
     code, stopped = proc.stream_forwarding(
-        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, said.append
+        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, on_line
     )
     if stopped is not None:
         raise Interrupted(
