@@ -42,12 +42,9 @@ mkdir -p "$dest"
 stage=$(mktemp -d "$dest/.stage.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 
-# How pip shows its downloads: ctrain's one decision (CTRAIN_PROGRESS, whether stderr is a
-# terminal) from the checkout's source: bar (pip's own bars, sizes and rates), lines (one line per
-# wheel: how many so far, its name and size) or off.
-progress=$(PYTHONPATH=src "$python" -c 'import os, sys
-from ctrain.util.progress import choose_mode
-print(choose_mode(os.environ.get("CTRAIN_PROGRESS", "auto"), sys.stderr.isatty(), os.environ.get("TERM")))')
+# How pip shows its downloads (scripts/progress-mode.sh): bar (pip's own bars, sizes and rates),
+# lines (one line per wheel: how many so far, its name and size) or off.
+progress=$(PYTHON=$python scripts/progress-mode.sh)
 
 # wheel_lines FLAVOUR DIR: pip wheel's output (stdin) as one line per wheel saved or built.
 wheel_lines() {
