@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from ctrain.errors import LaunchError
 
@@ -45,6 +45,9 @@ KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
 
 BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
 BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
+ProgressMode = Literal["bar", "lines", "off"]  # what pulls, pushes and builds show (util.progress)
+PROGRESS_MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
+PROGRESS_CHOICES = (AUTO, *PROGRESS_MODES)
 
 # ---- container runtimes ---------------------------------------------------------------------
 

@@ -19,13 +19,11 @@ from ctrain.names import (
     COLLECTIVE_CHOICES,
     KERAS_CHOICES,
     MODE_CHOICES,
+    PROGRESS_CHOICES,
     RUNTIME_CHOICES,
 )
 
 Value = str | int | bool | tuple[str, ...] | None
-
-PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF = "bar", "lines", "off"
-PROGRESS_CHOICES = (AUTO, PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF)
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:

@@ -16,7 +16,7 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.names import ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
+from ctrain.names import ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RUNTIMES
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
@@ -74,7 +74,7 @@ def _cache_options(func: F) -> F:
 @_cache_options
 @setting_option("min_free_gb")
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
-@setting_option("progress")
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
     """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store.
 
@@ -238,7 +238,7 @@ def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
 @_cache_options
 @setting_option("min_free_gb")
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
-@setting_option("progress")
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def build(
     recipe: str,
     output: str | None,
@@ -296,7 +296,7 @@ def build(
 @click.option(
     "--if-present", is_flag=True, help="Push nothing, and succeed, when docker has no IMAGE."
 )
-@setting_option("progress")
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def push(image: str, target: str | None, if_present: bool, **flags: str | None) -> None:
     """Push IMAGE from docker's store to its registry; with TARGET (REGISTRY/NAME:TAG), tag
     IMAGE as TARGET first and push that.

@@ -17,10 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from ctrain.settings import PROGRESS_BAR, PROGRESS_LINES, PROGRESS_OFF
+from ctrain.names import PROGRESS_MODES, ProgressMode
 from ctrain.util.fs import human
 
-Mode = Literal["bar", "lines", "off"]
+Mode = ProgressMode
 Phase = Literal["waiting", "moving", "done", "present", "step"]
 
 CLEAR = "\r\x1b[K"  # back to the start of the line, erase it
@@ -41,12 +41,8 @@ _STEPS = (
 
 def choose_mode(setting: str, isatty: bool, term: str | None) -> Mode:
     """``auto``: a bar on a terminal (not TERM=dumb), else lines; otherwise the setting."""
-    if setting == PROGRESS_BAR:
-        return "bar"
-    if setting == PROGRESS_LINES:
-        return "lines"
-    if setting == PROGRESS_OFF:
-        return "off"
+    if setting in PROGRESS_MODES:
+        return setting
     return "bar" if isatty and term != "dumb" else "lines"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.settings import PROGRESS_CHOICES
+from ctrain.names import PROGRESS_CHOICES
 from ctrain.util.progress import (
     CLEAR,
     Board,
@@ -206,3 +206,13 @@ def test_reporter_uses_its_clock() -> None:
     show(Event("a", "moving", 3, 4))
     show.close()
     assert stream.getvalue().count(CLEAR) == 3 and stream.getvalue().endswith("\n")
+
+
+@pytest.mark.parametrize("command", ["pull", "push", "build"])
+def test_the_option_and_its_variable_are_in_help(command: str) -> None:
+    from click.testing import CliRunner
+
+    from ctrain.cli import main
+
+    text = CliRunner().invoke(main, [command, "--help"], catch_exceptions=False).output
+    assert "--progress [auto|bar|lines|off]" in text and "CTRAIN_PROGRESS" in text
