@@ -16,7 +16,7 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.names import ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RUNTIMES
+from ctrain.names import DOCKER, ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RUNTIMES
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
@@ -303,18 +303,20 @@ def push(image: str, target: str | None, if_present: bool, **flags: str | None) 
 
     Through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`), with each
     layer's progress: a bar on a terminal, one line per finished layer otherwise. Prints the
-    digest the registry gave it.
+    digest the registry gave it. Docker only (with podman: podman push).
     """
     from ctrain.images import docker_api
+    from ctrain.images.pull import check_ref
 
     s = settings_from(flags)
+    source, dest = (check_ref(ref, DOCKER) for ref in (image, target or image))
     show = _reporter(s, "push")
     try:
-        digest = docker_api.publish(image, target or image, os.environ, show)
+        digest = docker_api.publish(source, dest, os.environ, show)
     finally:
         show.close()
     if digest is not None:
-        click.echo(f"pushed {target or image} ({digest})")
+        click.echo(f"pushed {dest} ({digest})")
     elif if_present:
         _say(f"docker has no image {image}; nothing pushed")
     else:

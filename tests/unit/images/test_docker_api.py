@@ -178,3 +178,15 @@ def test_fast_commands_never_import_the_sdk(args: list[str], tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_push_checks_both_references_before_it_connects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ctrain.cli import main
+
+    monkeypatch.setitem(sys.modules, "docker", None)  # connecting would fail differently
+    for args in (["bad ref"], ["a:1", "oras://r/a:1"]):
+        result = CliRunner().invoke(main, ["push", *args])
+        assert result.exit_code == 2, result.output
+        assert "Docker SDK" not in result.output
