@@ -79,6 +79,7 @@ WHEELHOUSE ?= build/wheelhouse
 SIF_DIR ?= build
 APPTAINER ?= $(shell command -v apptainer)
 APPTAINER_BUILD_FLAGS ?=
+CTRAIN ?= $(if $(wildcard $(VENV)/bin/ctrain),$(VENV)/bin/ctrain,ctrain)
 image_ref = $(IMAGE_NAME):$(TAG)$(if $(filter cpu,$(1)),-cpu)
 sif_file = $(SIF_DIR)/$(IMAGE_NAME)-$(TAG)$(if $(filter cpu,$(1)),-cpu).sif
 export BASE_IMAGE WHEELHOUSE
@@ -110,17 +111,14 @@ sif:  ## the FLAVOUR Docker image as a SIF (apptainer, docker-daemon://): build/
 	$(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg IMAGE=$(call image_ref,$(FLAVOUR)) \
 	  $(call sif_file,$(FLAVOUR)) definitions/from-docker.def
 
-push:  ## push the FLAVOUR image to REGISTRY: docker push, and apptainer push oras:// for its SIF
+push:  ## push the FLAVOUR image to REGISTRY: ctrain push (Docker's API), and apptainer push oras:// for its SIF
 	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY=host[:port][/namespace], e.g. make push REGISTRY=127.0.0.1:5000" >&2; exit 1; }
-	@pushed=0; \
-	if docker image inspect $(call image_ref,$(FLAVOUR)) >/dev/null 2>&1; then \
-	  set -ex; docker tag $(call image_ref,$(FLAVOUR)) $(REGISTRY)/$(call image_ref,$(FLAVOUR)); \
-	  docker push $(REGISTRY)/$(call image_ref,$(FLAVOUR)); set +x; pushed=1; \
-	fi; \
-	if [ -n "$(APPTAINER)" ] && [ -f $(call sif_file,$(FLAVOUR)) ]; then \
-	  set -ex; $(APPTAINER) push $(call sif_file,$(FLAVOUR)) oras://$(REGISTRY)/$(call image_ref,$(FLAVOUR))-sif; set +x; pushed=1; \
-	fi; \
-	[ "$$pushed" = 1 ] || { echo "push: neither the image $(call image_ref,$(FLAVOUR)) nor $(call sif_file,$(FLAVOUR)) exists. Fix: make image$(if $(filter cpu,$(FLAVOUR)),-cpu)" >&2; exit 1; }
+	@set -e; if [ -n "$(APPTAINER)" ] && [ -f $(call sif_file,$(FLAVOUR)) ]; then \
+	  (set -x; $(APPTAINER) push $(call sif_file,$(FLAVOUR)) oras://$(REGISTRY)/$(call image_ref,$(FLAVOUR))-sif); \
+	  $(CTRAIN) push --if-present $(call image_ref,$(FLAVOUR)) $(REGISTRY)/$(call image_ref,$(FLAVOUR)); \
+	else \
+	  $(CTRAIN) push $(call image_ref,$(FLAVOUR)) $(REGISTRY)/$(call image_ref,$(FLAVOUR)); \
+	fi
 
 clean:  ## remove the venv and build leftovers (the Horovod wheel cache stays)
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

@@ -18,7 +18,8 @@
 #   DOCKER          the docker client (default: one that can use BuildKit, see below)
 #   BUILD_FLAGS     more `docker build` flags (e.g. --no-cache)
 #   CTRAIN_IMAGE_CONTEXT  where the build contexts go (~/.cache/ctrain/image-context)
-# Prints the build's log on stderr and, last, the image's size and the build's wall time.
+# Shows the build's progress on stderr (BuildKit's display on a terminal, else one line per step;
+# CTRAIN_PROGRESS, scripts/progress-mode.sh) and, last, the image's size and the build's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,8 +86,33 @@ fi
 # shellcheck disable=SC2206  # BUILD_FLAGS is a list of flags on purpose
 args+=(${BUILD_FLAGS:-})
 
+# build_steps: BuildKit's plain output (stdin) as one line per finished step of the recipe.
+build_steps() {
+    awk '/^#[0-9]+ \[[^]]*[0-9]+\/[0-9]+\] / { n = $1; sub(/^#[0-9]+ /, ""); title[n] = $0; next }
+        /^#[0-9]+ (DONE|CACHED|ERROR)/ && ($1 in title) {
+            how = $2 == "DONE" ? $3 : ($2 == "CACHED" ? "cached" : "failed")
+            printf "image-build: %s (%s)\n", title[$1], how; fflush(); delete title[$1] }'
+}
+discard() { cat >/dev/null; }
+
+# The progress (scripts/progress-mode.sh): BuildKit's own display on a terminal; otherwise one
+# line per step, or nothing, with the build's last lines if it fails.
+progress=$(scripts/progress-mode.sh)
 echo "image-build: ${builder[*]} $name ($flavour) from $context" >&2
-"${builder[@]}" --progress plain --network host -f Dockerfile.gpu -t "$name" "${args[@]}" "$context" >&2
+build=("${builder[@]}" --network host -f Dockerfile.gpu -t "$name" "${args[@]}" "$context")
+if [ "$progress" = bar ]; then
+    "${build[@]}" --progress auto >&2
+else
+    log=$(mktemp)
+    filter=(build_steps)
+    [ "$progress" = lines ] || filter=(discard)
+    if ! "${build[@]}" --progress plain 2>&1 | tee "$log" | "${filter[@]}" >&2; then
+        tail -n 60 "$log" >&2
+        rm -f "$log"
+        exit 1
+    fi
+    rm -f "$log"
+fi
 size=$(docker image inspect --format '{{.Size}}' "$name")
 echo "image-build: $name: $((size / 1000000)) MB uncompressed, built in $((SECONDS - t0)) s" >&2
 echo "$name"

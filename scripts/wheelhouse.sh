@@ -42,6 +42,41 @@ mkdir -p "$dest"
 stage=$(mktemp -d "$dest/.stage.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 
+# How pip shows its downloads (scripts/progress-mode.sh): bar (pip's own bars, sizes and rates),
+# lines (one line per wheel: how many so far, its name and size) or off.
+progress=$(PYTHON=$python scripts/progress-mode.sh)
+
+# wheel_lines FLAVOUR DIR: pip wheel's output (stdin) as one line per wheel saved or built.
+wheel_lines() {
+    local n=0 line file size
+    while IFS= read -r line; do
+        case $line in
+            "Saved "*)
+                file=${line#Saved }
+                size=$(du -h "$2/${file##*/}" 2>/dev/null | cut -f1) ;;
+            *"Created wheel for "*"filename="*)
+                file=${line#*filename=}
+                file=${file%% *}
+                size=${line#*size=}
+                size=$(numfmt --to=iec "${size%% *}" 2>/dev/null) ;;
+            *) continue ;;
+        esac
+        n=$((n + 1))
+        echo "wheelhouse: $1: $n: ${file##*/} (${size:-?})"
+    done
+}
+
+# pip_wheel FLAVOUR DIR ARGS...: pip wheel -w DIR ARGS, its progress as $progress says.
+pip_wheel() {
+    local part=$1 out=$2
+    shift 2
+    case $progress in
+        bar) "${pip[@]}" wheel --progress-bar on -w "$out" "$@" >&2 ;;
+        lines) "${pip[@]}" wheel --progress-bar off -w "$out" "$@" | wheel_lines "$part" "$out" >&2 ;;
+        *) "${pip[@]}" wheel --quiet -w "$out" "$@" ;;
+    esac
+}
+
 # swap NAME: replace DEST/NAME by the staged one in one rename (a killed run leaves the old one).
 swap() {
     rm -rf "${dest:?}/.$1.old"
@@ -80,7 +115,7 @@ if [ "$part" != ctrain ]; then
     fi
     if [ "$gathered" = 0 ]; then
         find "$out" -mindepth 1 ! -name requirements.txt -delete
-        "${pip[@]}" wheel --quiet -w "$out" -r "$out/requirements.txt"
+        pip_wheel "$part" "$out" -r "$out/requirements.txt"
     fi
     # Horovod's sdist with ctrain's patches (the pristine one is kept in the wheel cache)
     PYTHON=$python scripts/horovod-wheel.sh --sdist "$out" >/dev/null

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from ctrain.errors import LaunchError
 
@@ -45,11 +45,15 @@ KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
 
 BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
 BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
+ProgressMode = Literal["bar", "lines", "off"]  # what pulls, pushes and builds show (util.progress)
+PROGRESS_MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
+PROGRESS_CHOICES = (AUTO, *PROGRESS_MODES)
 
 # ---- container runtimes ---------------------------------------------------------------------
 
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
+DOCKER = ENGINE_RUNTIMES[0]  # the engine ctrain reaches through its API (images.docker_api)
 CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
 PYXIS = "pyxis"  # srun's --container-* options (enroot underneath); never chosen by auto
 HOST = "host"  # no container: the current environment

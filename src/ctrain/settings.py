@@ -19,6 +19,7 @@ from ctrain.names import (
     COLLECTIVE_CHOICES,
     KERAS_CHOICES,
     MODE_CHOICES,
+    PROGRESS_CHOICES,
     RUNTIME_CHOICES,
 )
 
@@ -97,6 +98,13 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         None,
         "temporary space of apptainer pull/build (node-local; none: $TMPDIR, else /tmp)",
         _text,
+    ),
+    Setting(
+        "progress",
+        AUTO,
+        "progress of pulls, pushes and builds: bar (sizes, rate), lines (one per finished "
+        "layer or step), off; auto: bar on a terminal, else lines",
+        _choice(*PROGRESS_CHOICES),
     ),
     Setting("keep_proxies", False, "keep http(s)/grpc proxies for the job's processes", _flag),
     Setting("quiet", False, "no banner from rank 0", _flag),

@@ -131,10 +131,9 @@ def test_bench_and_examples_inside_the_cpu_image(cpu_image: str) -> None:
 
 
 def cached_steps(build_log: str) -> list[str]:
-    """The steps BuildKit's plain progress output (``#7 [3/5] RUN ...`` then ``#7 CACHED``)
-    reports as taken from the cache."""
-    titles = dict(re.findall(r"^#(\d+) (\[.*)$", build_log, re.M))
-    return [titles[n] for n in re.findall(r"^#(\d+) CACHED$", build_log, re.M) if n in titles]
+    """The steps scripts/image-build.sh reports, without a terminal, as taken from the cache
+    (one line per step: ``image-build: [3/5] RUN ... (cached)``)."""
+    return re.findall(r"^image-build: (\[.*) \(cached\)$", build_log, re.M)
 
 
 def test_warm_rebuild_is_cached(cpu_image: str, base: str) -> None:

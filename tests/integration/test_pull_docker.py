@@ -4,12 +4,10 @@ locally, then pulled by ctrain. The engine's own event log tells whether a pull 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import subprocess
-import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +17,10 @@ import pytest
 from ctrain.images import pull, sif
 from tests.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
 
+from .images import BUSYBOX, busybox_tar
+
 pytestmark = pytest.mark.docker
 
-BUSYBOX = Path("/bin/busybox")
 TIMEOUT = 180
 
 
@@ -29,25 +28,6 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["docker", *args], capture_output=True, text=True, timeout=TIMEOUT, check=check
     )
-
-
-def busybox_tar() -> bytes:
-    """A root filesystem holding only a static busybox and an sh link to it (fixed mtimes, so
-    the layer is the same on every run)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in ("bin",):
-            info = tarfile.TarInfo(name)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
-            tar.addfile(info)
-        data = BUSYBOX.read_bytes()
-        info = tarfile.TarInfo("bin/busybox")
-        info.size, info.mode, info.mtime = len(data), 0o755, 0
-        tar.addfile(info, io.BytesIO(data))
-        link = tarfile.TarInfo("bin/sh")
-        link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "busybox", 0
-        tar.addfile(link)
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +158,7 @@ def test_a_missing_image_is_one_line(pushed: tuple[str, str], tmp_path: Path) ->
     assert done.returncode == 5
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(f"ctrain: error: docker pull {missing} failed: ")
-    assert "Fix: check the reference, the registry and `docker login`" in line
+    assert f"Fix: check the name and tag of {missing}: {REGISTRY} has no such image" in line
     assert "Traceback" not in done.stderr
     assert not record_of(tmp_path / "cache", missing).exists()
 

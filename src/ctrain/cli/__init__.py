@@ -25,6 +25,7 @@ COMMANDS = {
     "run": "containers:run_",
     "shell": "containers:shell",
     "pull": "images:pull",
+    "push": "images:push",
     "resolve": "images:resolve",
     "build": "images:build",
     "overlay": "images:overlay",

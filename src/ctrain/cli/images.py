@@ -16,11 +16,12 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.names import ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
+from ctrain.names import DOCKER, ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RUNTIMES
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
     from ctrain.settings import Resolved
+    from ctrain.util.progress import Reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +46,13 @@ def _runtime(requested: str) -> tuple[str, str]:
     return runtime.name, program
 
 
+def _reporter(s: Mapping[str, Resolved], verb: str) -> Reporter:
+    """Progress on stderr: a bar on a terminal, else lines (the `progress` setting)."""
+    from ctrain.util import progress
+
+    return progress.reporter(str(s["progress"].value), verb, sys.stderr, os.environ)
+
+
 def _cache_options(func: F) -> F:
     func = setting_option("allow_home_cache", is_flag=True, flag_value="true")(func)
     return setting_option("cache_dir")(func)
@@ -66,6 +74,7 @@ def _cache_options(func: F) -> F:
 @_cache_options
 @setting_option("min_free_gb")
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
     """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store.
 
@@ -73,7 +82,10 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     a temporary name next to the target, checked (SIF header, then `apptainer inspect`) and
     renamed; apptainer's own temporary files go to --tmpdir, node-local by default. A sidecar
     TARGET.json records the reference, digest, time and ctrain version; pulling an up-to-date
-    target downloads nothing. Concurrent pulls of one target wait for each other.
+    target downloads nothing. Concurrent pulls of one target wait for each other. Docker
+    pulls through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`) and shows
+    its layers' progress: a bar on a terminal, one line per finished layer otherwise;
+    apptainer's own output is passed through (--progress off: neither).
     """
     from pathlib import Path
 
@@ -88,7 +100,18 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     cachedir.ensure_dirs(choice)
     min_free_gb = int(str(s["min_free_gb"].value))
     tmpdir = cachedir.build_tmpdir(s, os.environ)
-    result = pulling.pull(plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir)
+    show = _reporter(s, "pull")
+
+    def echo(line: str) -> None:  # apptainer's own output, unless progress is off
+        if show.board.mode != "off":
+            click.echo(line, nl=False, err=True)
+
+    try:
+        result = pulling.pull(
+            plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir, show=show, echo=echo
+        )
+    finally:
+        show.close()
     digest = f" ({result.sidecar.digest})" if result.sidecar.digest else ""
     if result.downloaded:
         click.echo(f"pulled {plan.ref} -> {result.where}{digest}")
@@ -216,6 +239,7 @@ def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
 @_cache_options
 @setting_option("min_free_gb")
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def build(
     recipe: str,
     output: str | None,
@@ -230,7 +254,8 @@ def build(
 
     A SIF is built under a temporary name beside the target, checked, then renamed; the
     build's cache and temporary space go to the cache directory (never $HOME by default) after
-    a free-space check.
+    a free-space check. A docker/podman build shows its steps (a bar on a terminal, one line
+    per step otherwise; its output's end if it fails).
     """
     from ctrain.images import build as building
     from ctrain.images import cachedir
@@ -250,11 +275,54 @@ def build(
         force=force,
     )
     sif = runtime in SIF_RUNTIMES
-    building.build(
-        request,
-        os.environ,
-        _cache_choice(s) if sif else None,
-        int(str(s["min_free_gb"].value)),
-        cachedir.build_tmpdir(s, os.environ),
-    )
+    show = None if sif else _reporter(s, "build")
+    try:
+        building.build(
+            request,
+            os.environ,
+            _cache_choice(s) if sif else None,
+            int(str(s["min_free_gb"].value)),
+            cachedir.build_tmpdir(s, os.environ),
+            show,
+        )
+    finally:
+        if show is not None:
+            show.close()
     click.echo(f"built {request.target}")
+
+
+@click.command()
+@click.argument("image")
+@click.argument("target", required=False)
+@click.option(
+    "--if-present", is_flag=True, help="Push nothing, and succeed, when docker has no IMAGE."
+)
+@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
+def push(image: str, target: str | None, if_present: bool, **flags: str | None) -> None:
+    """Push IMAGE from docker's store to its registry; with TARGET (REGISTRY/NAME:TAG), tag
+    IMAGE as TARGET first and push that.
+
+    Through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`), with each
+    layer's progress: a bar on a terminal, one line per finished layer otherwise. Prints the
+    digest the registry gave it. Docker only (with podman: podman push).
+    """
+    from ctrain.images import docker_api
+    from ctrain.images.pull import check_ref
+
+    s = settings_from(flags)
+    source, dest = (check_ref(ref, DOCKER) for ref in (image, target or image))
+    show = _reporter(s, "push")
+    try:
+        digest = docker_api.publish(source, dest, os.environ, show)
+    finally:
+        show.close()
+    if digest is not None:
+        click.echo(f"pushed {dest} ({digest})")
+    elif if_present:
+        _say(f"docker has no image {image}; nothing pushed")
+    else:
+        raise ConfigError(
+            f"docker has no image {image}",
+            "build it first (make image, or ctrain build --runtime docker), "
+            "or name one `docker image ls` lists",
+        )

@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from ctrain.images import cachedir
 from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote
 from ctrain.util import fs, proc
+from ctrain.util.progress import Event, build_event
 
+TAIL_LINES = 40  # of a docker/podman build's output, shown when it fails
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -132,13 +135,16 @@ def build(
     cache: cachedir.CacheChoice | None,
     min_free_gb: int,
     tmpdir: Path | None = None,
+    show: Callable[[Event], None] | None = None,
 ) -> None:
-    """Run the build, streaming its output to stderr; the target appears whole or not at all.
-    ``tmpdir``: apptainer's temporary space (default: ``cachedir.node_local_tmp``)."""
+    """Run the build; the target appears whole or not at all. A docker/podman build's steps go
+    to ``show`` (its last lines to stderr if it fails; all of them without ``show``), apptainer's
+    output to stderr. ``tmpdir``: apptainer's temporary space (default:
+    ``cachedir.node_local_tmp``)."""
     check_request(request)
     env = dict(environ)
     if request.runtime in ENGINE_RUNTIMES:
-        _run(engine_build_argv(request), env, request.runtime, request.target)
+        _run(engine_build_argv(request), env, request.runtime, request.target, show)
         return
     local = not is_remote(request.recipe, "build")
     text = Path(request.recipe).read_text(encoding="utf-8", errors="replace") if local else None
@@ -161,15 +167,33 @@ def build(
             raise ExternalToolError(f"the built image is not usable: {problem}", "build it again")
 
 
-def _run(argv: list[str], env: Mapping[str, str], runtime: str, target: str) -> None:
-    code, stopped = proc.stream_forwarding(
-        argv, env, lambda line: print(line, end="", file=sys.stderr)
-    )
+def _run(
+    argv: list[str],
+    env: Mapping[str, str],
+    runtime: str,
+    target: str,
+    show: Callable[[Event], None] | None = None,
+) -> None:
+    """Run a build: each output line to stderr, or with ``show`` each step to it and the last
+    lines to stderr if the build fails."""
+    said: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def on_line(line: str) -> None:
+        if show is None:
+            print(line, end="", file=sys.stderr)
+            return
+        said.append(line)
+        event = build_event(line)
+        if event is not None:
+            show(event)
+
+    code, stopped = proc.stream_forwarding(argv, env, on_line)
     if stopped is not None:
         raise Interrupted(
             f"build stopped by {stopped}; {target} was not written", "run the same build again"
         )
     if code != 0:
+        print("".join(said), end="", file=sys.stderr)
         raise ExternalToolError(f"{runtime} build exited {code}", "read the build output above")
 
 

@@ -1,12 +1,13 @@
-"""Docker and Podman images, pure parts: the argv of a pull and an inspect, and what their
-output says (image id, digests, whether anything was downloaded)."""
+"""Docker and Podman images, pure parts: the argv of podman's pull and inspect, and what the
+engines say (image id, digests, labels, whether anything was downloaded). Docker's answers come
+through its API (``images.docker_api``), podman's from its CLI: both read the same way here."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})\Z")
@@ -33,16 +34,28 @@ def digest_in_ref(ref: str) -> str | None:
 class EngineImage:
     id: str
     repo_digests: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def parse_engine_inspect(stdout: str) -> EngineImage:
-    """The image id and repo digests from ``docker image inspect REF`` (a JSON list)."""
-    data = json.loads(stdout)
-    item = data[0] if isinstance(data, list) and data else data
+def image_from_inspect(item: object) -> EngineImage:
+    """Id, repo digests and labels from one image's inspect record (the engine API's answer,
+    or one item of ``podman image inspect``'s JSON list)."""
     if not isinstance(item, dict) or not isinstance(item.get("Id"), str):
         raise ValueError("no image Id in the inspect output")
     digests = item.get("RepoDigests") or []
-    return EngineImage(item["Id"], tuple(d for d in digests if isinstance(d, str)))
+    config = item.get("Config") or {}
+    labels = (config.get("Labels") if isinstance(config, dict) else None) or {}
+    return EngineImage(
+        item["Id"],
+        tuple(d for d in digests if isinstance(d, str)),
+        {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+    )
+
+
+def parse_engine_inspect(stdout: str) -> EngineImage:
+    """The image from ``podman image inspect REF`` (a JSON list)."""
+    data = json.loads(stdout)
+    return image_from_inspect(data[0] if isinstance(data, list) and data else data)
 
 
 def repository_of(ref: str) -> str:
@@ -70,7 +83,7 @@ def pulled_digest(ref: str, image: EngineImage, pull_stdout: str) -> str | None:
 
 
 def engine_pull_status(stdout: str) -> PullStatus:
-    """What ``docker pull`` says it did, from its ``Status:`` line."""
+    """What a pull says it did, from its ``Status:`` line (docker's API, podman's CLI)."""
     if re.search(r"^Status: Image is up to date", stdout, re.MULTILINE):
         return "up to date"
     if re.search(r"^Status: Downloaded newer image", stdout, re.MULTILINE):

@@ -11,8 +11,9 @@ runs, the pull holds ``cachedir.in_use`` so ``cache clean`` leaves its work alon
 target is reused, pulled again or refused, and the sidecar record written beside it, are
 ``images.sif``'s; what docker's output says is ``images.engine``'s.
 
-A Docker (or Podman) pull is ``docker pull REF`` and ``docker image inspect REF``; the image lives
-in the engine's store, the sidecar in ``CACHE/docker/``.
+A Docker pull goes through the engine's API (``images.docker_api``: the Docker SDK), its
+layers' progress to the caller; a Podman pull is ``podman pull REF`` and ``podman image inspect
+REF``. The image lives in the engine's store, the sidecar in ``CACHE/docker/``.
 
 Concurrent pulls of one target serialise on ``flock(<target>.lock)``: the first downloads, the
 others wait, then find the target up to date and reuse it.
@@ -34,17 +35,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ctrain.errors import ConfigError, ExternalToolError, Interrupted
 from ctrain.images import cachedir
 from ctrain.images.engine import (
-    EngineImage,
     digest_in_ref,
-    engine_inspect_argv,
-    engine_pull_argv,
-    engine_pull_status,
-    parse_engine_inspect,
-    pulled_digest,
 )
 from ctrain.images.sif import (
     ENGINE_DIR,
@@ -72,6 +68,9 @@ from ctrain.names import (
     split_reference,
 )
 from ctrain.util import fs, locks, proc
+
+if TYPE_CHECKING:
+    from ctrain.util.progress import Event
 
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
@@ -250,9 +249,12 @@ def pull(
     say: Callable[[str], None],
     *,
     tmpdir: Path | None = None,
+    show: Callable[[Event], None] = lambda event: None,
+    echo: Callable[[str], None] = lambda line: None,
 ) -> PullResult:
-    """Run the pull ``plan``; progress goes to ``say``. ``tmpdir``: apptainer's temporary space
-    (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
+    """Run the pull ``plan``; what it does goes to ``say``, docker's layer progress to
+    ``show``, apptainer's own output lines to ``echo``. ``tmpdir``: apptainer's temporary
+    space (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -264,7 +266,9 @@ def pull(
 
     with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
         if plan.target is None:
-            return _pull_engine(plan, environ, say)
+            from ctrain.images.engine_pull import pull_engine
+
+            return pull_engine(plan, environ, say, show)
         target = plan.target
         for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
             say(f"removed {leftover.name}, left by an interrupted pull")
@@ -277,7 +281,7 @@ def pull(
         env = {**environ, **sif_pull_env(cache, temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
         with cachedir.in_use(cache):
-            return _pull_sif(plan, target, env, reason)
+            return _pull_sif(plan, target, env, reason, echo)
 
 
 def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
@@ -293,11 +297,17 @@ def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, s
     return sidecar, action, reason
 
 
-def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str) -> PullResult:
+def _pull_sif(
+    plan: PullPlan,
+    target: Path,
+    env: Mapping[str, str],
+    reason: str,
+    echo: Callable[[str], None],
+) -> PullResult:
     """Download into a temporary file, check it, rename it over ``target``, then record it."""
     try:
         with fs.atomic(target, fs.temp_beside(target, TEMP_TAG)) as temp:
-            size = _download_sif(plan, temp, env)
+            size = _download_sif(plan, temp, env, echo)
             # Old sidecar out first: a crash between the steps leaves no sidecar (pull again),
             # never a sidecar that describes a different file.
             plan.record.unlink(missing_ok=True)
@@ -314,12 +324,19 @@ def _pull_sif(plan: PullPlan, target: Path, env: Mapping[str, str], reason: str)
     return PullResult(str(target), True, new, reason)
 
 
-def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
-    """Pull into ``temp`` and check the result; its size in bytes."""
+def _download_sif(
+    plan: PullPlan, temp: Path, env: Mapping[str, str], echo: Callable[[str], None]
+) -> int:
+    """Pull into ``temp`` (its output to ``echo``) and check the result; its size in bytes."""
     untouched = "the previous image is untouched"
     said: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def on_line(line: str) -> None:
+        said.append(line)
+        echo(line)
+
     code, stopped = proc.stream_forwarding(
-        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, said.append
+        sif_pull_argv(plan.program, temp, plan.ref, plan.force), env, on_line
     )
     if stopped is not None:
         raise Interrupted(
@@ -347,47 +364,3 @@ def _download_sif(plan: PullPlan, temp: Path, env: Mapping[str, str]) -> int:
         fix=f"run the pull again; {untouched}",
     )
     return temp.stat().st_size
-
-
-def _engine_image(plan: PullPlan, environ: Mapping[str, str]) -> EngineImage | None:
-    done = proc.run(engine_inspect_argv(plan.program, plan.ref), environ, INSPECT_TIMEOUT)
-    if done.returncode != 0:
-        return None
-    try:
-        return parse_engine_inspect(done.stdout)
-    except (ValueError, KeyError, IndexError):
-        return None
-
-
-def _pull_engine(
-    plan: PullPlan, environ: Mapping[str, str], say: Callable[[str], None]
-) -> PullResult:
-    sidecar = read_sidecar(plan.record)
-    present = _engine_image(plan, environ)
-    if (
-        not plan.force
-        and sidecar is not None
-        and present is not None
-        and sidecar.ref == plan.ref
-        and sidecar.image_id == present.id
-    ):
-        return PullResult(plan.ref, False, sidecar, "up to date")
-    say(f"pulling {plan.ref} with {plan.runtime}")
-    stdout = proc.check(
-        engine_pull_argv(plan.program, plan.ref),
-        environ,
-        PULL_TIMEOUT,
-        what=f"{plan.runtime} pull {plan.ref}",
-        fix=f"check the reference, the registry and `{plan.runtime} login`",
-    )
-    image = _engine_image(plan, environ)
-    if image is None:
-        raise ExternalToolError(
-            f"{plan.runtime} pulled {plan.ref} but `{plan.runtime} image inspect` cannot see it",
-            f"run {plan.runtime} image inspect {plan.ref} by hand",
-        )
-    digest = pulled_digest(plan.ref, image, stdout)
-    new = new_sidecar(plan.ref, plan.runtime, digest, image_id=image.id)
-    fs.write_text(plan.record, new.to_json())
-    status = engine_pull_status(stdout)
-    return PullResult(plan.ref, status != "up to date", new, f"{plan.runtime} pull: {status}")

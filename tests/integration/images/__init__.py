@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
+BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (make system)
+BUSYBOX_BASE = "ctrain-test/busybox-base:1"
 
 
 def base_image() -> str:
@@ -79,3 +83,39 @@ def ci_cpu_image() -> str | None:
         return None
     found = subprocess.run(["docker", "image", "inspect", wanted], capture_output=True, timeout=60)
     return wanted if found.returncode == 0 else None
+
+
+def busybox_tar() -> bytes:
+    """A root filesystem holding only a static busybox and an sh link to it (fixed mtimes, so
+    the layer is the same on every run)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in ("bin",):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        data = BUSYBOX.read_bytes()
+        info = tarfile.TarInfo("bin/busybox")
+        info.size, info.mode, info.mtime = len(data), 0o755, 0
+        tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("bin/sh")
+        link.type, link.linkname, link.mtime = tarfile.SYMTYPE, "busybox", 0
+        tar.addfile(link)
+    return buffer.getvalue()
+
+
+def busybox_base() -> str:
+    """A one-layer local image of ``busybox_tar`` (imported once: the layer never changes)."""
+    assert BUSYBOX.is_file(), f"{BUSYBOX} missing (make system installs busybox-static)"
+    found = subprocess.run(
+        ["docker", "image", "inspect", BUSYBOX_BASE], capture_output=True, timeout=60
+    )
+    if found.returncode != 0:
+        subprocess.run(
+            ["docker", "import", "--change", 'CMD ["/bin/sh"]', "-", BUSYBOX_BASE],
+            input=busybox_tar(),
+            capture_output=True,
+            timeout=180,
+            check=True,
+        )
+    return BUSYBOX_BASE

@@ -26,6 +26,7 @@ COMMANDS = [
     "run",
     "shell",
     "pull",
+    "push",
     "resolve",
     "build",
     "overlay",

@@ -232,3 +232,56 @@ def test_tmpdir_setting_and_its_check(tmp_path: Path, env: dict[str, str]) -> No
     assert done.returncode == 2
     assert "temporary directory /nonexistent does not exist" in done.stderr
     assert "--tmpdir (CTRAIN_BUILD_TMPDIR)" in done.stderr
+
+
+FAKE_ENGINE = """#!/bin/sh
+echo "Sending build context to Docker daemon  2.048kB"
+echo "Step 1/2 : FROM base:1"
+echo " ---> 1a2b3c"
+echo "Step 2/2 : RUN make"
+echo "the build's own words"
+exit "${FAKE_EXIT:-0}"
+"""
+
+
+@pytest.mark.parametrize(
+    ("progress", "code", "expected"),
+    [
+        ("auto", 0, ["build: step 1/2: FROM base:1", "build: step 2/2: RUN make"]),
+        ("off", 0, []),
+        ("lines", 4, ["build: step 1/2: FROM base:1", "build: step 2/2: RUN make"]),
+    ],
+)
+def test_engine_build_progress_without_a_terminal(
+    tmp_path: Path, env: dict[str, str], progress: str, code: int, expected: list[str]
+) -> None:
+    """One line per step into a pipe; the output's end only when the build fails."""
+    program = tmp_path / "bin" / "docker"
+    program.write_text(FAKE_ENGINE)
+    program.chmod(0o755)
+    (tmp_path / "Dockerfile").write_text("FROM base:1\n")
+    done = ctrain(
+        tmp_path,
+        env,
+        "--runtime",
+        "docker",
+        "Dockerfile",
+        "-o",
+        "x:1",
+        CTRAIN_PROGRESS=progress,
+        FAKE_EXIT=str(code),
+    )
+    lines = done.stderr.splitlines()
+    if code == 0:
+        assert done.returncode == 0 and lines == expected, done.stderr
+        return
+    assert done.returncode == 5
+    assert lines[:2] == expected
+    assert lines[2:-1] == [
+        "Sending build context to Docker daemon  2.048kB",
+        "Step 1/2 : FROM base:1",
+        " ---> 1a2b3c",
+        "Step 2/2 : RUN make",
+        "the build's own words",
+    ]
+    assert lines[-1] == "ctrain: error: docker build exited 4 Fix: read the build output above"

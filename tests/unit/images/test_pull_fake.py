@@ -328,3 +328,13 @@ def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
     assert done.returncode == 0, done.stderr
     sidecar = sif.read_sidecar(sif.sidecar_of(fake.cache / "images" / pull.image_filename(REF_A)))
     assert sidecar is not None and sidecar.runtime == "singularity"
+
+
+def test_apptainers_own_output_is_passed_through_unless_progress_is_off(fake: Env) -> None:
+    said = "INFO:    Converting OCI blobs to SIF format (docker://registry.example/team/train:1)"
+    done = fake.run(REF_A)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[1:] == [said]
+    quiet = fake.run("--force", "--progress", "off", REF_A)
+    assert quiet.returncode == 0, quiet.stderr
+    assert said not in quiet.stderr and len(quiet.stderr.splitlines()) == 1

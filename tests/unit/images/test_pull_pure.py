@@ -108,7 +108,7 @@ def test_sif_argv_round_trips_any_path(name: str) -> None:
 
 
 def test_engine_argv() -> None:
-    assert engine.engine_pull_argv("docker", "r/x:1") == ["docker", "pull", "r/x:1"]
+    assert engine.engine_pull_argv("podman", "r/x:1") == ["podman", "pull", "r/x:1"]
     assert engine.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
 
 

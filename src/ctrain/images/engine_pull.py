@@ -1,0 +1,100 @@
+"""A pull into an engine's store (``ctrain pull --runtime docker|podman``), under the lock
+``images.pull`` holds: docker through its API (``images.docker_api``, the layers' progress to
+the caller), podman through its CLI (``podman pull``, ``podman image inspect``). The image
+lives in the engine; ctrain keeps a sidecar record in ``CACHE/docker/``, and a pull whose
+record names the image the engine holds downloads nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ctrain.errors import ExternalToolError
+from ctrain.images.engine import (
+    EngineImage,
+    engine_inspect_argv,
+    engine_pull_argv,
+    engine_pull_status,
+    parse_engine_inspect,
+    pulled_digest,
+)
+from ctrain.images.pull import INSPECT_TIMEOUT, PULL_TIMEOUT, PullPlan, PullResult
+from ctrain.images.sif import new_sidecar, read_sidecar
+from ctrain.names import DOCKER
+from ctrain.util import fs, proc
+from ctrain.util.progress import Event
+
+OnEvent = Callable[[Event], None]
+
+
+def pull_engine(
+    plan: PullPlan, environ: Mapping[str, str], say: Callable[[str], None], show: OnEvent
+) -> PullResult:
+    """Pull ``plan.ref`` unless the sidecar says the engine holds it already (or --force)."""
+    if plan.runtime == DOCKER:
+        inspect, download = _docker(plan, environ, show)
+    else:
+        inspect, download = _podman(plan, environ)
+    sidecar = read_sidecar(plan.record)
+    present = inspect()
+    if (
+        not plan.force
+        and sidecar is not None
+        and present is not None
+        and sidecar.ref == plan.ref
+        and sidecar.image_id == present.id
+    ):
+        return PullResult(plan.ref, False, sidecar, "up to date")
+    say(f"pulling {plan.ref} with {plan.runtime}")
+    said = download()
+    image = inspect()
+    if image is None:
+        raise ExternalToolError(
+            f"{plan.runtime} pulled {plan.ref} but `{plan.runtime} image inspect` cannot see it",
+            f"run {plan.runtime} image inspect {plan.ref} by hand",
+        )
+    digest = pulled_digest(plan.ref, image, said)
+    new = new_sidecar(plan.ref, plan.runtime, digest, image_id=image.id)
+    fs.write_text(plan.record, new.to_json())
+    status = engine_pull_status(said)
+    return PullResult(plan.ref, status != "up to date", new, f"{plan.runtime} pull: {status}")
+
+
+Inspect = Callable[[], EngineImage | None]
+Download = Callable[[], str]  # what the pull said (its Digest: and Status: lines)
+
+
+def _docker(plan: PullPlan, environ: Mapping[str, str], show: OnEvent) -> tuple[Inspect, Download]:
+    from ctrain.images import docker_api
+
+    client = docker_api.connect(environ)
+
+    def inspect() -> EngineImage | None:
+        return docker_api.inspect(client, plan.ref, environ)
+
+    def download() -> str:
+        return docker_api.pull(client, plan.ref, environ, show)
+
+    return inspect, download
+
+
+def _podman(plan: PullPlan, environ: Mapping[str, str]) -> tuple[Inspect, Download]:
+    def inspect() -> EngineImage | None:
+        done = proc.run(engine_inspect_argv(plan.program, plan.ref), environ, INSPECT_TIMEOUT)
+        if done.returncode != 0:
+            return None
+        try:
+            return parse_engine_inspect(done.stdout)
+        except (ValueError, KeyError, IndexError):
+            return None
+
+    def download() -> str:
+        return proc.check(
+            engine_pull_argv(plan.program, plan.ref),
+            environ,
+            PULL_TIMEOUT,
+            what=f"{plan.runtime} pull {plan.ref}",
+            fix=f"check the reference, the registry and `{plan.runtime} login`",
+        )
+
+    return inspect, download
