@@ -15,6 +15,7 @@ from typing import Protocol
 from ctrain.container.apptainer import Apptainer
 from ctrain.container.docker import Docker
 from ctrain.container.host import Host
+from ctrain.container.podman import Podman
 from ctrain.container.spec import (
     Action,
     Bind,
@@ -30,7 +31,7 @@ from ctrain.container.spec import (
 )
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
-from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
+from ctrain.names import AUTO, CONTAINER_RUNTIMES, HOST, SIF_RUNTIMES
 
 
 class Runtime(Protocol):
@@ -50,7 +51,8 @@ class Runtime(Protocol):
 
 RUNTIMES: dict[str, Runtime] = {
     **{name: Apptainer(name) for name in SIF_RUNTIMES},
-    **{name: Docker(name) for name in ENGINE_RUNTIMES},
+    "docker": Docker(),
+    "podman": Podman(),
     HOST: Host(),
 }
 
