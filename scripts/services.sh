@@ -442,8 +442,9 @@ start_registry() {
 # writes too: the registry on loopback is insecure (podman, unlike docker, trusts no address by
 # default). What this test machine needs and a site usually does not: tini-static (the tini
 # package) as podman's --init, as catatonit is not installed; runc, as crun 1.8 refuses a hybrid
-# cgroup layout; and nofile/nproc no higher than the podman process may set without
-# CAP_SYS_RESOURCE (rootful podman asks for 1048576 by default and lowers its own nproc to 32768).
+# cgroup layout; nofile/nproc no higher than the podman process may set without
+# CAP_SYS_RESOURCE (rootful podman asks for 1048576 by default and lowers its own nproc to 32768);
+# and /dev/mqueue, which rootless `--ipc host` binds (mounted, as on any systemd host; left so).
 PODMAN_CONF=/etc/containers/containers.conf.d/ctrain-services.conf
 PODMAN_REGISTRIES=/etc/containers/registries.conf.d/ctrain-services.conf
 
@@ -481,6 +482,10 @@ configure_podman() {
         return
     fi
     install -d -m 0755 "$(dirname "$PODMAN_CONF")" "$(dirname "$PODMAN_REGISTRIES")"
+    if ! mountpoint -q /dev/mqueue; then
+        install -d -m 1777 /dev/mqueue
+        mount -t mqueue mqueue /dev/mqueue
+    fi
     podman_conf_text >"$PODMAN_CONF"
     podman_registries_text >"$PODMAN_REGISTRIES"
     wait_for "podman info" "$PODMAN_CONF" podman info
