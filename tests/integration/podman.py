@@ -72,8 +72,8 @@ def pull_events(ref: str, since: float) -> list[str]:
 
 
 def as_user(user: str, home: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``ctrain ARGS`` as ``user`` (rootless podman), from the source tree on Debian's own
-    Python: the venv lives under /root, which other users cannot enter."""
+    """``ctrain ARGS`` as ``user`` (other than root: on rootless podman), from the source tree
+    on Debian's own Python: the venv lives under /root, which other users cannot enter."""
     env = clean_env(HOME=home, PYTHONPATH=str(REPO / "src"), USER=user, LOGNAME=user)
     env.pop("XDG_RUNTIME_DIR", None)  # root's; podman finds the user's own
     return subprocess.run(
