@@ -8,6 +8,8 @@ output lives in the ``parse_*`` functions, tested with captured output.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -150,7 +152,11 @@ def check_podman(
     out = _tool([path, *podman.INFO_ARGV], "podman info", environ)
     if isinstance(out, CtrainError):
         return Check("podman", "WARN", out.message, f"run `{path} info` to see why it fails")
-    info = podman.parse_info(out)
+    try:
+        info = podman.parse_info(out)
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"`podman info --format json` not understood: {exc!r}"
+        return Check("podman", "WARN", why, "report a bug with the output of podman info")
     detail = f"{info.describe()} ({path})"
     if not info.rootless:
         return Check("podman", "PASS", detail)
@@ -298,9 +304,6 @@ def guarded(name: str, check: Callable[[], Check]) -> Check:
 
 def _caller(environ: Mapping[str, str]) -> tuple[str, int]:
     """This process's user name and uid (the name from the password database, else $USER)."""
-    import os
-    import pwd
-
     uid = os.getuid()
     try:
         return pwd.getpwuid(uid).pw_name, uid

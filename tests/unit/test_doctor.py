@@ -412,3 +412,11 @@ def test_cli_doctor_json(broken: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
     assert statuses["tensorflow"] == ("FAIL" if broken else "PASS")
     assert data["summary"]["failed"] is broken
     assert result.exit_code == (1 if data["summary"]["failed"] else 0)
+
+
+def test_podman_info_not_understood(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {"podman": "/usr/bin/podman"})
+    runner_.answers["podman info --format json"] = (0, '{"host": {}}', "")
+    check = doctor.check_podman({}, ("dave", 1004), subid_files("", ""))
+    assert check.status == "WARN"
+    assert check.detail.startswith("`podman info --format json` not understood: KeyError(")

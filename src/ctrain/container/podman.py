@@ -3,9 +3,10 @@
 
 The differences, each for a reason:
 
-- GPUs are CDI devices, ``--device nvidia.com/gpu=N`` (or ``=all``): podman has no ``--gpus``
-  that reaches NVIDIA's hook; the site generates the specification once per node
-  (``nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml``).
+- GPUs are CDI devices, ``--device nvidia.com/gpu=N`` (or ``=all``), NVIDIA's way for podman;
+  the site generates the specification once per node (``nvidia-ctk cdi generate
+  --output=/etc/cdi/nvidia.yaml``). Inside, the devices are numbered from 0 again, as with
+  docker's ``--gpus``.
 - ``--security-opt label=disable``: on SELinux hosts (podman's usual home) a bind is otherwise
   unreadable inside, and relabelling (``:z``) would change the labels of the user's files.
 - Rootless (a caller other than root): ``--userns keep-id`` maps the caller's uid and gid to
