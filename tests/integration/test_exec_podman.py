@@ -132,7 +132,7 @@ def test_exit_code_is_the_commands(image: str, tmp_path: Path) -> None:
 
 
 def test_working_directory(image: str, tmp_path: Path) -> None:
-    here = tmp_path / "dir with space"
+    here = tmp_path / 'a dir, with "quotes"'  # podman reads --mount as CSV, as docker does
     here.mkdir()
     done = sh(image, "pwd; ls", cwd=here)
     assert done.returncode == 0, done.stderr
