@@ -13,6 +13,7 @@ packages=(
     shellcheck procps iproute2 python3-venv
     python3-click                           # ctrain's core on Debian's own Python (tests run it as a plain user)
     podman crun fuse-overlayfs uidmap       # the podman runtime (rootful in the tests; rootless needs uidmap)
+    runc tini                               # podman here: runc (crun refuses hybrid cgroups), tini-static as its init
     charliecloud-runtime charliecloud-builders  # ch-run, ch-convert, ch-image: the unprivileged HPC runtime
 )
 

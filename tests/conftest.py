@@ -1,8 +1,8 @@
 """Markers for tests that need real services.
 
 Outside CI a missing service skips the test with the reason; with CI=true it fails, so a CI run
-can never pass by skipping the real Slurm, MPI, Docker, TensorFlow or Horovod tests, or the
-multi-node ones (marker ``cluster``: the compute hosts of ``make services NODES=3``).
+can never pass by skipping the real Slurm, MPI, Docker, Podman, TensorFlow or Horovod tests, or
+the multi-node ones (marker ``cluster``: the compute hosts of ``make services NODES=3``).
 """
 
 from __future__ import annotations
@@ -54,12 +54,17 @@ def missing(marker: str) -> str | None:
             return "docker not found (make system)"
         if not _run_ok(["docker", "info"]):
             return "the Docker engine is not running (make services)"
+    elif marker == "podman":
+        if not shutil.which("podman"):
+            return "podman not found (make system)"
+        if not _run_ok(["podman", "info"]):
+            return "podman does not start (make services writes its configuration)"
     elif marker in ("tensorflow", "horovod") and importlib.util.find_spec(marker) is None:
         return f"{marker} is not importable (make install)"
     return None
 
 
-SERVICE_MARKERS = ("slurm", "cluster", "mpi", "docker", "tensorflow", "horovod")
+SERVICE_MARKERS = ("slurm", "cluster", "mpi", "docker", "podman", "tensorflow", "horovod")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

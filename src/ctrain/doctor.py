@@ -8,6 +8,8 @@ output lives in the ``parse_*`` functions, tested with captured output.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
 from ctrain.launch.gpus import list_gpus
@@ -130,6 +133,44 @@ def check_runtime(environ: Mapping[str, str]) -> Check:
     if any(name == "docker" for name, _ in found):
         fix = "start the Docker daemon or " + fix
     return Check("runtime", "WARN", detail, fix)
+
+
+def _subid_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def check_podman(
+    environ: Mapping[str, str], user: tuple[str, int], read: Callable[[str], str] = _subid_text
+) -> Check:
+    """Podman's mode; rootless podman needs subordinate uids and gids for ``user`` (name, uid)."""
+    path = proc.which("podman", environ)
+    if path is None:
+        return Check("podman", "PASS", "not installed (needed only for --runtime podman)")
+    out = _tool([path, *podman.INFO_ARGV], "podman info", environ)
+    if isinstance(out, CtrainError):
+        return Check("podman", "WARN", out.message, f"run `{path} info` to see why it fails")
+    try:
+        info = podman.parse_info(out)
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"`podman info --format json` not understood: {exc!r}"
+        return Check("podman", "WARN", why, "report a bug with the output of podman info")
+    detail = f"{info.describe()} ({path})"
+    if not info.rootless:
+        return Check("podman", "PASS", detail)
+    name, uid = user
+    short = [
+        f"{f}: {count}"
+        for f in podman.SUBID_FILES
+        if (count := podman.subid_count(read(f), name, uid)) < podman.SUBID_WANTED
+    ]
+    if short:
+        wanted = f"{podman.SUBID_WANTED} subordinate ids wanted for {name}"
+        fix = podman.subid_fix(name)
+        return Check("podman", "WARN", f"{detail}; {wanted}, found {', '.join(short)}", fix)
+    return Check("podman", "PASS", f"{detail}; {name} has subordinate uids and gids")
 
 
 def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
@@ -261,6 +302,15 @@ def guarded(name: str, check: Callable[[], Check]) -> Check:
         return Check(name, "FAIL", f"check crashed: {type(exc).__name__}: {exc}", "report a bug")
 
 
+def _caller(environ: Mapping[str, str]) -> tuple[str, int]:
+    """This process's user name and uid (the name from the password database, else $USER)."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name, uid
+    except KeyError:
+        return environ.get("USER") or str(uid), uid
+
+
 def run_checks(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> list[Check]:
     """Every check, in display order; the slow probes run side by side."""
     try:
@@ -270,6 +320,7 @@ def run_checks(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> 
         gpus = None
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("runtime", lambda: check_runtime(environ)),
+        ("podman", lambda: check_podman(environ, _caller(environ))),
         ("cache", lambda: check_cache(environ, settings)),
         ("tmp", lambda: check_tmp(environ, settings)),
         ("slurm", lambda: check_slurm(environ)),

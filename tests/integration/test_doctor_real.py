@@ -18,6 +18,7 @@ def test_doctor_json_on_this_machine() -> None:
     checks = {c["name"]: c for c in data["checks"]}
     assert list(checks) == [
         "runtime",
+        "podman",
         "cache",
         "tmp",
         "slurm",

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from ctrain.launch.gpus import Gpu, list_gpus, parse_nvidia_smi, visible_gpus
 from ctrain.launch.jobenv import JobEnv
 from ctrain.settings import resolve
 from ctrain.util import proc
+from tests.unit.container.test_podman import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
 
 # ---- captured output of the real tools ----
 
@@ -182,6 +183,49 @@ def test_runtime_none(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "host" in check.fix
 
 
+def subid_files(subuid: str, subgid: str) -> Callable[[str], str]:
+    return {"/etc/subuid": subuid, "/etc/subgid": subgid}.get  # type: ignore[return-value]
+
+
+def test_podman_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake(monkeypatch)
+    check = doctor.check_podman({}, ("alice", 1001), subid_files("", ""))
+    assert check == Check("podman", "PASS", "not installed (needed only for --runtime podman)")
+
+
+@pytest.mark.parametrize("info", [ROOTFUL_INFO, ROOTLESS_INFO])
+def test_podman_mode(info: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {**HEALTHY_TOOLS, "podman": "/usr/bin/podman"})
+    runner_.answers["podman info --format json"] = (0, json.dumps(info), "")
+    check = doctor.check_podman({}, ("alice", 1001), subid_files(SUBUID, SUBUID))
+    assert check.status == "PASS"
+    rootless = info is ROOTLESS_INFO
+    mode = "rootless" if rootless else "rootful"
+    assert check.detail.startswith(f"podman 4.3.1 {mode}, cgroup manager cgroupfs (cgroups v1), ")
+    assert check.detail.endswith("alice has subordinate uids and gids" if rootless else "podman)")
+
+
+def test_rootless_podman_without_subordinate_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {"podman": "/usr/bin/podman"})
+    runner_.answers["podman info --format json"] = (0, json.dumps(ROOTLESS_INFO), "")
+    check = doctor.check_podman({}, ("dave", 1004), subid_files(SUBUID, "dave:100000:65536\n"))
+    assert check.status == "WARN"
+    assert check.detail.endswith("65536 subordinate ids wanted for dave, found /etc/subuid: 0")
+    assert "--add-subuids 100000-165535 --add-subgids 100000-165535 dave" in check.fix
+
+
+def test_podman_that_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {"podman": "/usr/bin/podman"})
+    runner_.answers["podman info --format json"] = (125, "", "Error: cannot set up namespace\n")
+    check = doctor.check_podman({}, ("dave", 1004), subid_files("", ""))
+    assert check == Check(
+        "podman",
+        "WARN",
+        "podman info failed: Error: cannot set up namespace",
+        "run `/usr/bin/podman info` to see why it fails",
+    )
+
+
 def test_gpus() -> None:
     none = doctor.check_gpus(None, {})
     assert none.status == "WARN"
@@ -311,10 +355,10 @@ def test_a_crash_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "run", boom)
     env = {"HOME": "/nonexistent-home"}
     results = doctor.run_checks(env, resolve({}, env, Path("/nonexistent-cwd")))
-    names = ["runtime", "cache", "tmp", "slurm", "gpus", "tensorflow", "horovod", "mpi"]
+    names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "tensorflow", "horovod", "mpi"]
     assert [r.name for r in results] == names
     crashed = {r.name for r in results if r.detail == "check crashed: RuntimeError: boom"}
-    assert crashed == {"runtime", "slurm", "tensorflow", "horovod", "mpi"}
+    assert crashed == {"runtime", "podman", "slurm", "tensorflow", "horovod", "mpi"}
     assert doctor.failed(results)
 
 
@@ -368,3 +412,11 @@ def test_cli_doctor_json(broken: bool, monkeypatch: pytest.MonkeyPatch, tmp_path
     assert statuses["tensorflow"] == ("FAIL" if broken else "PASS")
     assert data["summary"]["failed"] is broken
     assert result.exit_code == (1 if data["summary"]["failed"] else 0)
+
+
+def test_podman_info_not_understood(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {"podman": "/usr/bin/podman"})
+    runner_.answers["podman info --format json"] = (0, '{"host": {}}', "")
+    check = doctor.check_podman({}, ("dave", 1004), subid_files("", ""))
+    assert check.status == "WARN"
+    assert check.detail.startswith("`podman info --format json` not understood: KeyError(")

@@ -1,4 +1,4 @@
-"""Docker and Podman: pure argv and environment builders.
+"""Docker (and, through ``container/podman.py``, Podman): pure argv and environment builders.
 
 Containers run with the host's network and IPC namespaces (MPI, NCCL and gRPC between ranks),
 ``--init`` so signals reach the command, as the calling user so files written to binds are
@@ -41,6 +41,14 @@ def strip_scheme(image: str) -> str:
     return image.removeprefix(f"{ENGINE_SCHEME}://")
 
 
+def wanted_gpus(spec: RunSpec) -> tuple[str, ...] | None:
+    """The GPUs a ``--nv`` run gets: None for every GPU (the task's set is unknown), else the
+    task's own; a task that sees none cannot ask for GPUs."""
+    if spec.gpus is not None and not spec.gpus:
+        raise SpecError("--nv but this task sees no GPU", "ask Slurm for GPUs or drop --nv")
+    return spec.gpus
+
+
 @dataclass(frozen=True)
 class Docker:
     name: str = "docker"
@@ -48,14 +56,12 @@ class Docker:
     def _gpus(self, spec: RunSpec) -> list[str]:
         if not spec.nv:
             return []
-        if self.name == "podman":
-            devices = spec.gpus if spec.gpus else ("all",)
-            return [arg for gpu in devices for arg in ("--device", f"nvidia.com/gpu={gpu}")]
-        if spec.gpus is None:
-            return ["--gpus", "all"]
-        if not spec.gpus:
-            raise SpecError("--nv but this task sees no GPU", "ask Slurm for GPUs or drop --nv")
-        return ["--gpus", f'"device={",".join(spec.gpus)}"']
+        gpus = wanted_gpus(spec)
+        return ["--gpus", "all" if gpus is None else f'"device={",".join(gpus)}"']
+
+    def _identity(self, spec: RunSpec) -> list[str]:
+        """Who the command runs as: the caller's uid and gid."""
+        return [] if spec.user is None else ["--user", f"{spec.user[0]}:{spec.user[1]}"]
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
         if spec.overlay is not None:
@@ -65,8 +71,7 @@ class Docker:
             )
         argv = [program, "run", "--rm", "--init", "--network", "host", "--ipc", "host"]
         argv += ["-it"] if spec.tty else ["-i"] if spec.action == "shell" else []
-        if spec.user is not None:
-            argv += ["--user", f"{spec.user[0]}:{spec.user[1]}"]
+        argv += self._identity(spec)
         argv += self._gpus(spec)
         binds = list(spec.binds)
         unbound = spec.cwd != "/" and not any(b.dst == spec.cwd for b in binds)

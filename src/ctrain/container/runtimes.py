@@ -15,6 +15,7 @@ from typing import Protocol
 from ctrain.container.apptainer import Apptainer
 from ctrain.container.docker import Docker
 from ctrain.container.host import Host
+from ctrain.container.podman import Podman
 from ctrain.container.pyxis import Pyxis
 from ctrain.container.spec import (
     Action,
@@ -34,7 +35,6 @@ from ctrain.errors import ExternalToolError, SpecError
 from ctrain.names import (
     AUTO,
     CONTAINER_RUNTIMES,
-    ENGINE_RUNTIMES,
     HOST,
     PYXIS,
     RUNTIME_PROGRAMS,
@@ -59,7 +59,8 @@ class Runtime(Protocol):
 
 RUNTIMES: dict[str, Runtime] = {
     **{name: Apptainer(name) for name in SIF_RUNTIMES},
-    **{name: Docker(name) for name in ENGINE_RUNTIMES},
+    "docker": Docker(),
+    "podman": Podman(),
     PYXIS: Pyxis(),
     HOST: Host(),
 }
