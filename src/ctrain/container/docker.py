@@ -48,13 +48,13 @@ class Docker:
     def _gpus(self, spec: RunSpec) -> list[str]:
         if not spec.nv:
             return []
+        if spec.gpus == ():
+            raise SpecError("--nv but this task sees no GPU", "ask Slurm for GPUs or drop --nv")
         if self.name == "podman":
-            devices = spec.gpus if spec.gpus else ("all",)
+            devices = spec.gpus or ("all",)
             return [arg for gpu in devices for arg in ("--device", f"nvidia.com/gpu={gpu}")]
         if spec.gpus is None:
             return ["--gpus", "all"]
-        if not spec.gpus:
-            raise SpecError("--nv but this task sees no GPU", "ask Slurm for GPUs or drop --nv")
         return ["--gpus", f'"device={",".join(spec.gpus)}"']
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
