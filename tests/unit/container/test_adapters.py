@@ -243,6 +243,14 @@ def test_env_files_in_order_then_pairs(tmp_path: Path) -> None:
     assert (got["X"], got["Y"], got["Z"]) == ("pair", "second", "ü")
 
 
+def test_a_bad_env_file_line_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.env"
+    bad.write_text("A=1\nnot a pair\n")
+    with pytest.raises(CtrainError) as caught:
+        plan(tmp_path, env_files=(str(bad),))
+    assert caught.value.message == f"{bad}:2: 'not a pair' is not NAME=VALUE"
+
+
 def test_host_shell_runs_the_given_shell_or_bash(tmp_path: Path) -> None:
     assert plan(tmp_path, runtime="host", action="shell", command=("zsh", "-l")).argv == [
         "zsh",
