@@ -12,9 +12,8 @@ from pathlib import Path
 
 from tests.helpers import REGISTRY, need, registry_up
 
-from .images import REPO
+from .images import BUSYBOX, REPO, busybox_tar
 from .jobs import clean_env
-from .test_pull_docker import BUSYBOX, busybox_tar
 
 TIMEOUT = 180
 

@@ -8,7 +8,9 @@ it says, and what is asserted:
 - more GPUs than the node has are refused (so the GPU line reaches Slurm);
 - 2 nodes are refused ("Requested node configuration is not available": --test-only does not
   accept more nodes than exist), and the same script with ``--nodes=1`` on the command line is
-  accepted, so the node count is the only thing this cluster cannot give.
+  accepted, so the node count is the only thing this cluster cannot give;
+- every mode has a golden script with a GPU line, and that line, as written, reaches Slurm (up
+  to the node's 4 GPUs accepted, 8 refused).
 pyxis scripts too: their --container-* options are srun's, on the step's line inside the
 script, so sbatch checks only their #SBATCH lines (the same as on other runtimes).
 """
@@ -21,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from ctrain.names import JOB_MODES
 from tests.helpers import CTRAIN, REPO
+from tests.unit.slurm.test_jobs import CASES
 
 from .jobs import clean_env
 
@@ -112,6 +116,7 @@ def test_two_nodes_refused_only_for_the_node_count(tmp_path: Path, mode: str, gp
 
 
 GOLDEN = sorted((REPO / "tests" / "unit" / "golden" / "jobs").glob("*.sbatch"))
+GPU_LINE = re.compile(r"^#SBATCH --gpus-per-node=(\d+)$", re.MULTILINE)
 ONE_SMALL_TASK = ("--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--mem=1G")
 
 
@@ -141,3 +146,24 @@ def test_pyxis_script_is_accepted(tmp_path: Path, mode: str, gpus: int) -> None:
     script = render(tmp_path, mode, *options)
     assert "--container-image=" in script.read_text()
     assert processors_if_accepted(sbatch_test_only(script)) == 1
+
+
+GPU_GOLDEN = [path for path in GOLDEN if GPU_LINE.search(path.read_text())]
+
+
+@pytest.mark.parametrize("script", GPU_GOLDEN, ids=[path.stem for path in GPU_GOLDEN])
+def test_golden_gpu_line_reaches_slurm_as_written(script: Path) -> None:
+    """Each golden script that asks for GPUs (every mode has one), with its own GPU line: the
+    node's 4 GPUs (GRES) give up to 4, and more are refused, so Slurm read the number."""
+    match = GPU_LINE.search(script.read_text())
+    assert match
+    done = sbatch_test_only(script, *ONE_SMALL_TASK, "--partition=debug")
+    if int(match.group(1)) <= NODE["gpus"]:
+        assert processors_if_accepted(done) == 1
+    else:
+        assert done.returncode != 0 and NOT_AVAILABLE in done.stderr, done.stderr
+
+
+def test_every_mode_has_a_golden_gpu_script() -> None:
+    modes = {CASES[path.stem].mode for path in GPU_GOLDEN}  # the request behind each file
+    assert modes == set(JOB_MODES)
