@@ -72,6 +72,11 @@ def test_pull_records_the_registry_digest_and_a_second_pull_downloads_nothing(
         assert out.rstrip().endswith("nothing downloaded")
     assert pull_events(ref, between) == []
 
+    # --force asks podman again; it prints no Status: line, and the image did not change
+    code, out, err = ctrain_pull(cache, ref, "--force")
+    assert code == 0, err
+    assert out.startswith(f"up to date: {ref} ({digest})"), out
+
 
 def test_a_missing_image_is_one_line(pushed: tuple[str, str], tmp_path: Path) -> None:
     missing = f"{REGISTRY}/ctrain-test/no-such-image:1"

@@ -89,3 +89,12 @@ def engine_pull_status(stdout: str) -> PullStatus:
     if re.search(r"^Status: Downloaded newer image", stdout, re.MULTILINE):
         return "downloaded"
     return "unknown"
+
+
+def pull_outcome(before: EngineImage | None, after: EngineImage, said: str) -> PullStatus:
+    """What a pull did: the engine's own ``Status:`` line, else (podman prints none) whether the
+    image it holds changed: the same image id before and after is "up to date"."""
+    status = engine_pull_status(said)
+    if status != "unknown":
+        return status
+    return "up to date" if before is not None and before.id == after.id else "downloaded"

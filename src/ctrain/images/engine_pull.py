@@ -14,8 +14,8 @@ from ctrain.images.engine import (
     EngineImage,
     engine_inspect_argv,
     engine_pull_argv,
-    engine_pull_status,
     parse_engine_inspect,
+    pull_outcome,
     pulled_digest,
 )
 from ctrain.images.pull import INSPECT_TIMEOUT, PULL_TIMEOUT, PullPlan, PullResult
@@ -56,7 +56,7 @@ def pull_engine(
     digest = pulled_digest(plan.ref, image, said)
     new = new_sidecar(plan.ref, plan.runtime, digest, image_id=image.id)
     fs.write_text(plan.record, new.to_json())
-    status = engine_pull_status(said)
+    status = pull_outcome(present, image, said)
     return PullResult(plan.ref, status != "up to date", new, f"{plan.runtime} pull: {status}")
 
 

@@ -246,6 +246,22 @@ def test_engine_pull_status() -> None:
     assert engine.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
 
 
+def test_pull_outcome_without_a_status_line_compares_the_image_ids() -> None:
+    """podman prints no Status: line; a --force pull of an unchanged image is up to date."""
+    old = engine.EngineImage(id="sha256:" + "1" * 64, repo_digests=())
+    new = engine.EngineImage(id="sha256:" + "2" * 64, repo_digests=())
+    quiet = "Trying to pull t/bb:1...\nWriting manifest to image destination\n"
+    assert engine.pull_outcome(old, old, quiet) == "up to date"
+    assert engine.pull_outcome(old, new, quiet) == "downloaded"
+    assert engine.pull_outcome(None, new, quiet) == "downloaded"
+    assert engine.pull_outcome(old, old, "Status: Downloaded newer image for t/bb:1\n") == (
+        "downloaded"
+    )
+    assert engine.pull_outcome(None, new, "Status: Image is up to date for t/bb:1\n") == (
+        "up to date"
+    )
+
+
 # -- plans --------------------------------------------------------------------------------------
 
 
