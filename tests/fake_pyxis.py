@@ -68,6 +68,19 @@ def install(bin_dir: Path) -> Path:
     return program
 
 
+def install_enroot(bin_dir: Path) -> Path:
+    """Put the enroot stand-in (``version`` and ``import``) in ``bin_dir`` as ``enroot``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    program = bin_dir / "enroot"
+    program.write_text(
+        f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.standin_pyxis.enroot import main\n"
+        "sys.exit(main(sys.argv, dict(os.environ)))\n"
+    )
+    program.chmod(0o755)
+    return program
+
+
 def calls(log_file: Path) -> list[dict[str, object]]:
     """One line per task started through the stand-in, in order."""
     if not log_file.exists():
