@@ -134,3 +134,11 @@ def test_a_pull_waits_for_the_lock(ref: str, tmp_path: Path) -> None:
     stdout, _ = pulling.communicate(timeout=TIMEOUT)
     assert pulling.returncode == 0 and stdout.startswith("pulled"), said.read_text()
     assert len(imports(log)) == 1
+
+
+def test_doctor_sees_pyxis_and_enroot_through_the_stand_ins(tmp_path: Path) -> None:
+    env, _, _ = setup(tmp_path)
+    fake_pyxis.install(tmp_path / "bin")  # srun --help then lists pyxis' options
+    done = run_ctrain("doctor", "--json", env=env, timeout=TIMEOUT)
+    (slurm,) = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "slurm"]
+    assert slurm["detail"].endswith(f"pyxis loaded, enroot 4.1.2 ({tmp_path / 'bin' / 'enroot'})")
