@@ -114,6 +114,11 @@ def target_state(target: Path) -> TargetState:
     return TargetState(True, size, squashfs_problem(header, size))
 
 
+def cached_file(cache_root: Path, uri: str) -> Path:
+    """``CACHE/images/<name>.sqsh`` for enroot's ``uri``."""
+    return cache_root / IMAGES_DIR / (safe_name(uri) + SUFFIX)
+
+
 def plan_import(ref: str, output: str | None, cache_root: Path, force: bool) -> PullPlan:
     """Where an import goes: ``CACHE/images/<name>.sqsh``, its sidecar and lock beside it."""
     if output is not None:
@@ -122,7 +127,7 @@ def plan_import(ref: str, output: str | None, cache_root: Path, force: bool) -> 
             "drop -o; ctrain resolve --runtime pyxis prints where the file is",
         )
     uri = import_uri(ref)
-    target = cache_root / IMAGES_DIR / (safe_name(uri) + SUFFIX)
+    target = cached_file(cache_root, uri)
     return PullPlan(uri, PYXIS, ENROOT, target, sidecar_of(target), lock_of(target), True, force)
 
 
@@ -143,7 +148,7 @@ def import_image(
 ) -> PullResult:
     """Run the import ``plan`` under its lock (a concurrent import of the same file waits, then
     finds it up to date); ``tmpdir``: enroot's temporary space (default $TMPDIR, else /tmp)."""
-    target = plan.target or cache.path / IMAGES_DIR / (safe_name(plan.ref) + SUFFIX)
+    target = plan.target or cached_file(cache.path, plan.ref)  # plan_import always sets it
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     holder = locks.describe_holder("ctrain pull", environ)
 

@@ -13,6 +13,7 @@ import pytest
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir, enroot, pull
 from ctrain.names import PYXIS
+from tests.helpers import need
 from tests.standin_pyxis import enroot as standin
 
 CACHE = Path("/scratch/me/ctrain")
@@ -79,8 +80,7 @@ def test_squashfs_problem(header: bytes, size: int, problem: str | None) -> None
 
 
 def test_superblock_of_a_real_mksquashfs_file(tmp_path: Path) -> None:
-    if shutil.which("mksquashfs") is None:
-        pytest.fail("mksquashfs missing (squashfs-tools, make system)")
+    need(shutil.which("mksquashfs") is not None, "mksquashfs missing (squashfs-tools)")
     (tmp_path / "root" / "etc").mkdir(parents=True)
     image = tmp_path / "x.sqsh"
     subprocess.run(
