@@ -1,6 +1,7 @@
 """The one stand-in for pyxis (NVIDIA's srun plugin) and enroot in ctrain's tests; its parts
-live in tests/standin_pyxis/. pyxis cannot be installed here (it is a plugin built against the
-site's Slurm, and enroot needs its own setup); every behaviour below cites its source in
+live in tests/standin_pyxis/ (srun, options, task: pyxis; enroot: enroot's import). pyxis
+cannot be installed here (it is a plugin built against the site's Slurm, and enroot needs its
+own setup); every behaviour below cites its source in
 docs/pyxis-facts.md (section in brackets), which cites pyxis' and enroot's code and docs.
 
 It is an ``srun`` first on PATH: it reads pyxis' options, then runs the REAL srun with the
@@ -38,8 +39,27 @@ Not modelled (refused with a "stand-in:" error rather than ignored): --container
 -remap-root, -entrypoint, -entrypoint-log, -writable, -readonly, -unshare, their PYXIS_CONTAINER_*
 variables, tmpfs/umount mounts, relative mount paths. Not shown: the image's filesystem (the
 command sees the host's), --container-mount-home (the host's home is visible anyway), GPUs
-(enroot's NVIDIA hook), the import itself and enroot's cache, and the per-node container shared
-by a step's tasks. Timing and resource use are not pyxis'.
+(enroot's NVIDIA hook), pyxis' own import of a registry image in each step (the stand-in
+never imports: see FAKE_PYXIS_IMAGE_*), and the per-node container shared by a step's tasks.
+Timing and resource use are not pyxis'. ``srun --help`` prints the real srun's help followed by
+one line per pyxis option ([Is pyxis there?]), not pyxis' own texts.
+
+The enroot stand-in (``install_enroot``: an ``enroot`` program) models [enroot import]:
+``enroot version``; ``enroot import [-a ARCH] [-o OUTPUT] [--] URI`` with enroot's argument
+checks (usage error, exit 1), ``docker://[USER@][REGISTRY#]IMAGE[:TAG]`` only (dockerd://,
+podman:// and the other commands are refused with a "stand-in:" error), enroot's settings from
+the environment with their $HOME/XDG defaults and "no" values unset, the three directories it
+creates on start, "File already exists" for an existing output, HTTPS unless
+ENROOT_ALLOW_HTTP; then, for real: the manifest list request (only 401/404 ignored), the amd64
+manifest, config and layer blobs fetched once into ENROOT_CACHE_PATH, layers unpacked in order
+with whiteouts under ENROOT_TEMP_PATH, /etc/environment and the provenance line of /etc/rc
+written, and the file made by the real mksquashfs with -all-root and ENROOT_SQUASH_OPTIONS.
+Not modelled: registry authentication and credentials, digests in the URI, -a (read, not
+used), zstd layers, device files in layers (skipped), /etc/fstab, the rest of /etc/rc, and
+enroot's overlay-based squashing (the layers are unpacked into one tree instead).
+Steering: FAKE_ENROOT_LOG (a file: one JSON line per call, argv and the ENROOT_* variables),
+FAKE_ENROOT_HOLD (a file: write the start of the output, create the file, then block until a
+signal ends the process: an import interrupted half-way).
 """
 
 from __future__ import annotations
@@ -63,6 +83,19 @@ def install(bin_dir: Path) -> Path:
         f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
         "from tests.standin_pyxis.srun import main\n"
         f"sys.exit(main(sys.argv, dict(os.environ), {real!r}))\n"
+    )
+    program.chmod(0o755)
+    return program
+
+
+def install_enroot(bin_dir: Path) -> Path:
+    """Put the enroot stand-in (``version`` and ``import``) in ``bin_dir`` as ``enroot``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    program = bin_dir / "enroot"
+    program.write_text(
+        f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.standin_pyxis.enroot import main\n"
+        "sys.exit(main(sys.argv, dict(os.environ)))\n"
     )
     program.chmod(0o755)
     return program

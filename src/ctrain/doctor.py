@@ -84,6 +84,11 @@ def parse_mpirun_version(text: str) -> str:
     return lines[0]
 
 
+def pyxis_loaded(srun_help: str) -> bool:
+    """Whether ``srun --help`` lists pyxis' ``--container-image`` (its SPANK plugin is loaded)."""
+    return re.search(r"^\s*--container-image\b", srun_help, re.MULTILINE) is not None
+
+
 def parse_probe(stdout: str) -> dict[str, Any]:
     """The JSON object a probe prints on its last ``{`` line (libraries may print before it)."""
     for line in reversed(stdout.splitlines()):
@@ -212,11 +217,23 @@ def describe_slurm_job(environ: Mapping[str, str]) -> str:
     return f"inside job {job} (step {step}, {tasks} tasks)"
 
 
+def describe_pyxis(srun: str | None, environ: Mapping[str, str]) -> str:
+    """Whether srun has pyxis (``--runtime pyxis``) and which enroot is on PATH."""
+    found = _tool([srun, "--help"], "srun --help", environ) if srun else None
+    pyxis = "pyxis loaded" if isinstance(found, str) and pyxis_loaded(found) else "no pyxis"
+    enroot = proc.which("enroot", environ)
+    out = _tool([enroot, "version"], "enroot version", environ) if enroot else None
+    if isinstance(out, str):
+        return f"{pyxis}, enroot {parse_version(out)} ({enroot})"
+    return f"{pyxis}, no enroot" + (f" ({out.message})" if out else "")
+
+
 def check_slurm(environ: Mapping[str, str]) -> Check:
     tools = {name: proc.which(name, environ) for name in ("sbatch", "srun")}
     missing = [name for name, path in tools.items() if path is None]
     where = ", ".join(f"{name} {path}" for name, path in tools.items() if path)
     detail = describe_slurm_job(environ) + (f"; {where}" if where else "")
+    detail += "; " + describe_pyxis(tools["srun"], environ)
     if missing:
         fix = "load the Slurm module or use a cluster node; without Slurm, run on one machine"
         return Check("slurm", "WARN", f"{detail}; {' and '.join(missing)} not found", fix)

@@ -1,28 +1,35 @@
-"""A pyxis job for real on the local Slurm, through the pyxis stand-in (tests/fake_pyxis.py): the
-multiworker script rendered with ``--runtime pyxis`` runs 2 ranks in one step whose srun carries
-pyxis' options; the stand-in reads them as pyxis does and runs each task with the environment,
-mounts and working directory pyxis gives it. Training ends with the same weights on both ranks.
+"""A pyxis job for real on the local Slurm, through the pyxis and enroot stand-ins
+(tests/fake_pyxis.py): the multiworker script rendered with ``--runtime pyxis`` for a registry
+image imports it once in the batch step (``ctrain resolve``: enroot import from the local
+registry into ctrain's cache), then runs 2 ranks in one step whose srun carries pyxis' options
+with that squashfs file; the stand-in reads them as pyxis does and runs each task with the
+environment, mounts and working directory pyxis gives it. Training ends with the same weights
+on both ranks.
 
-The image is a real squashfs file (mksquashfs of an empty directory): the stand-in checks it is
-one, and gives each task the image environment FAKE_PYXIS_IMAGE_ENV models (this venv first on
-PATH, this checkout on PYTHONPATH), as enroot would from inside the image. This is pyxis as
-documented, not pyxis itself (README: "tested by stand-in, not for real").
+The stand-ins check the image is a real squashfs file, and give each task the image
+environment FAKE_PYXIS_IMAGE_ENV models (this venv first on PATH, this checkout on PYTHONPATH),
+as enroot would from inside the image. This is pyxis and enroot as documented, not themselves
+(README: "tested by stand-in, not for real").
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from ctrain.images import enroot
 from tests import fake_pyxis
-from tests.helpers import SRC, need
+from tests.helpers import REGISTRY, SRC, need, registry_up
 from tests.standin.remote import DEFAULT_PATH
 
 from .jobs import BIN, clean_env
+from .registry_push import BUSYBOX, push_tiny
 from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, submit, wait_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
@@ -45,14 +52,25 @@ def squashfs(tmp_path: Path) -> Path:
     return image
 
 
+@pytest.fixture
+def registry_image() -> str:
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    need(BUSYBOX.is_file(), f"{BUSYBOX} missing (make system installs busybox-static)")
+    need(shutil.which("mksquashfs") is not None, "mksquashfs missing (squashfs-tools)")
+    tag = f"job-{os.getpid()}-{int(time.time())}"
+    push_tiny("ctrain-test/enroot-tiny", tag)
+    return f"docker://{REGISTRY}/ctrain-test/enroot-tiny:{tag}"
+
+
 def test_multiworker_job_through_pyxis(
-    tmp_path: Path, squashfs: Path, jobs_to_cancel: list[str]
+    tmp_path: Path, registry_image: str, jobs_to_cancel: list[str]
 ) -> None:
     bin_dir = tmp_path / "bin"
     fake_pyxis.install(bin_dir)
-    out, calls = tmp_path / "out", tmp_path / "pyxis.jsonl"
+    fake_pyxis.install_enroot(bin_dir)
+    out, calls, imports = tmp_path / "out", tmp_path / "pyxis.jsonl", tmp_path / "enroot.jsonl"
     command = ["python", str(RESUMABLE), str(out), str(EPOCHS)]
-    script = render("multiworker", command, runtime="pyxis", image=str(squashfs))
+    script = render("multiworker", command, runtime="pyxis", image=registry_image)
     assert 'srun --kill-on-bad-exit=1 "${container_options[@]}" ctrain launch' in script
     image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
     job = submit(
@@ -64,6 +82,10 @@ def test_multiworker_job_through_pyxis(
         LANG="C.UTF-8",  # pyxis drops the host's locale
         FAKE_PYXIS_IMAGE_ENV=json.dumps(image_env),
         FAKE_PYXIS_LOG=str(calls),
+        CTRAIN_CACHE_DIR=str(tmp_path / "cache"),
+        CTRAIN_MIN_FREE_GB="1",
+        ENROOT_ALLOW_HTTP="yes",  # the local registry speaks HTTP
+        FAKE_ENROOT_LOG=str(imports),
     )
     record = wait_done(job, tmp_path, timeout=240)
     assert record["JobState"] == "COMPLETED", log(tmp_path)
@@ -73,10 +95,12 @@ def test_multiworker_job_through_pyxis(
     assert all(r["mode"] == "multiworker" and r["end"] == "done" for r in runs)
     first, second = final_weights(out, 2)
     assert first == second
+    assert len(fake_pyxis.calls(imports)) == 1  # once, in the batch step, not once per node
+    sqsh = enroot.plan_import(registry_image, None, tmp_path / "cache", False).target
     tasks = fake_pyxis.calls(calls)
     assert sorted(str(t["task"]) for t in tasks) == ["0", "1"]
     for task in tasks:
-        assert task["image"] == str(squashfs)
+        assert task["image"] == str(sqsh)
         assert task["workdir"] == str(tmp_path)
         mounts = task["mounts"]
         assert isinstance(mounts, list) and mounts[0]["src"] == mounts[0]["dst"] == str(tmp_path)

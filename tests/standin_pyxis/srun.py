@@ -7,10 +7,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-from tests.standin_pyxis.options import Asked, Refused, from_environment, ignored, split
+from tests.standin_pyxis.options import (
+    PYXIS_OPTIONS,
+    Asked,
+    Refused,
+    from_environment,
+    ignored,
+    split,
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout holding tests/
 TASK = (
@@ -29,7 +37,20 @@ def task_spec(asked: Asked, environ: dict[str, str]) -> str:
     return json.dumps(spec)
 
 
+def plugin_help() -> str:
+    """The lines a plugin's options add to ``srun --help`` (SPANK lists each with its plugin's
+    name in brackets; the wording of pyxis' texts is not modelled)."""
+    return "".join(
+        f"      --{name}{'=VALUE' if valued else ''}\n{' ' * 30}[pyxis] (stand-in)\n"
+        for name, valued in PYXIS_OPTIONS.items()
+    )
+
+
 def main(argv: list[str], environ: dict[str, str], real_srun: str) -> int:
+    if argv[1:] == ["--help"]:
+        done = subprocess.run([real_srun, "--help"], capture_output=True, text=True, check=False)
+        print(done.stdout + "\n" + plugin_help(), end="")
+        return done.returncode
     try:
         asked, others, command = split(argv[1:])
         from_environment(asked, environ)

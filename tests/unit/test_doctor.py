@@ -420,3 +420,36 @@ def test_podman_info_not_understood(monkeypatch: pytest.MonkeyPatch) -> None:
     check = doctor.check_podman({}, ("dave", 1004), subid_files("", ""))
     assert check.status == "WARN"
     assert check.detail.startswith("`podman info --format json` not understood: KeyError(")
+
+
+SRUN_HELP_PYXIS = """\
+Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]
+      --container-env=NAME[,NAME...]
+                              [pyxis] names of environment variables to override
+      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH
+                              [pyxis] the image to use for the container
+"""
+SRUN_HELP_PLAIN = """\
+Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]
+      --container=id          Path to OCI container bundle
+      --container-id=id       OCI container ID
+"""
+
+
+def test_pyxis_loaded() -> None:
+    assert doctor.pyxis_loaded(SRUN_HELP_PYXIS)
+    assert not doctor.pyxis_loaded(SRUN_HELP_PLAIN)  # Slurm's own --container is not pyxis
+    assert not doctor.pyxis_loaded("see --container-image in pyxis' docs")
+
+
+def test_slurm_reports_pyxis_and_enroot(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch)
+    assert doctor.check_slurm({}).detail.endswith("; no pyxis, no enroot")
+    runner_.answers["srun --help"] = (0, SRUN_HELP_PYXIS, "")
+    runner_.tools["enroot"] = "/usr/bin/enroot"
+    runner_.answers["enroot version"] = (0, "4.1.2\n", "")
+    check = doctor.check_slurm({})
+    assert check.status == "PASS"
+    assert check.detail.endswith("; pyxis loaded, enroot 4.1.2 (/usr/bin/enroot)")
+    runner_.answers["enroot version"] = (1, "", "enroot: broken\n")
+    assert "pyxis loaded, no enroot (" in doctor.check_slurm({}).detail

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
-from ctrain.names import RUNTIME_CHOICES
+from ctrain.names import PYXIS, RUNTIME_CHOICES
 
 if TYPE_CHECKING:
     from ctrain.container.spec import Action
@@ -69,8 +69,9 @@ def _run(
         click.echo("\n".join(runtimes.describe(invocation, os.environ)))
         pending = planned.image.pull
         if pending is not None:
+            runtime = f" --runtime {PYXIS}" if pending.runtime == PYXIS else ""  # not auto's
             click.echo(
-                f"  pulled first: ctrain pull {shlex.quote(pending.ref)}, "
+                f"  pulled first: ctrain pull{runtime} {shlex.quote(pending.ref)}, "
                 f"then {pending.target} is run in its place"
             )
         for key, value in sorted(planned.image.pull_env().items()):

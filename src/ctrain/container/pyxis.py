@@ -84,7 +84,10 @@ def enroot_image(image: str, cwd: str) -> str:
 
 def _registry_form(rest: str) -> str:
     """``REGISTRY/REPO:TAG`` -> ``REGISTRY#REPO:TAG``; the first part is a registry when it
-    holds a dot or a port, or is localhost (Docker's rule); ``REPO:TAG`` stays."""
+    holds a dot or a port, or is localhost (Docker's rule); ``REPO:TAG`` and ``REGISTRY#...``
+    stay."""
+    if "#" in rest:  # enroot's form already
+        return rest
     first, sep, repo = rest.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost"):
         return f"{first}#{repo}"

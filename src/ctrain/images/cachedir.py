@@ -138,6 +138,23 @@ def apptainer_env(choice: CacheChoice) -> dict[str, str]:
     return {"APPTAINER_CACHEDIR": cache, "SINGULARITY_CACHEDIR": cache}
 
 
+ENROOT_DIR = "enroot"
+"""enroot's own directories for ``enroot import`` run by ctrain, in the cache: CACHE/enroot/."""
+
+
+def enroot_env(choice: CacheChoice, tmpdir: Path) -> dict[str, str]:
+    """enroot's paths for an ``enroot import`` ctrain runs: its layer cache (and registry
+    tokens), data and runtime directories under CACHE/enroot/ (enroot creates all three on
+    start, by default under $HOME or /run), its temporary space ``tmpdir`` (node-local)."""
+    root = choice.path / ENROOT_DIR
+    return {
+        "ENROOT_CACHE_PATH": str(root / "cache"),
+        "ENROOT_DATA_PATH": str(root / "data"),
+        "ENROOT_RUNTIME_PATH": str(root / "runtime"),
+        "ENROOT_TEMP_PATH": str(tmpdir),
+    }
+
+
 def build_tmpdir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
     """Where ``apptainer pull`` and ``build`` unpack layers and make squashfs (their
     ``build-temp-*``): the ``build_tmpdir`` setting, else the node-local $TMPDIR, else /tmp;

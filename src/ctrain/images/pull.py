@@ -61,6 +61,7 @@ from ctrain.names import (
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
     ENGINE_SCHEME,
+    PYXIS,
     SIF_RUNTIMES,
     is_remote,
     runtime_reference,
@@ -201,6 +202,10 @@ def plan_pull(
     is_dir: Callable[[Path], bool],
 ) -> PullPlan:
     """Where a pull goes, checked before anything is written."""
+    if runtime == PYXIS:  # enroot import into a squashfs file (imported here: it imports us)
+        from ctrain.images.enroot import plan_import
+
+        return plan_import(ref, output, cache_root, force)
     if runtime not in CONTAINER_RUNTIMES:
         raise ConfigError(
             f"the {runtime} runtime has no images to pull",
@@ -255,6 +260,10 @@ def pull(
     """Run the pull ``plan``; what it does goes to ``say``, docker's layer progress to
     ``show``, apptainer's own output lines to ``echo``. ``tmpdir``: apptainer's temporary
     space (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
+    if plan.runtime == PYXIS:
+        from ctrain.images.enroot import import_image
+
+        return import_image(plan, cache, environ, min_free_gb, say, tmpdir=tmpdir)
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

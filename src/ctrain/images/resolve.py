@@ -10,8 +10,11 @@ one step never pull: the job scripts resolve the image once in the batch step
 (``ctrain resolve``), and a rank that finds no pulled file refuses with that fix.
 
 Docker and podman pull on each node themselves, the host runtime has no image, and a local file
-is used as it is: those references are returned as given. On pyxis, enroot imports the image on
-each node of the step; the reference is returned in enroot's form (container.pyxis).
+is used as it is: those references are returned as given. On pyxis a remote reference
+(``docker://...``) is imported once by ``enroot import`` (images.enroot, through the same pull
+machinery) and the squashfs file is returned, so the nodes of a step do not each import it; a
+local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned
+in enroot's form (container.pyxis).
 
 Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
 header; ``fetch`` runs the pull.
@@ -28,6 +31,7 @@ from typing import Literal
 from ctrain.container.pyxis import enroot_image
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir
+from ctrain.images import enroot as enroot_import
 from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
 from ctrain.images.sif import decide as sif_decide
 from ctrain.images.sif import read_sidecar, target_state
@@ -36,13 +40,14 @@ from ctrain.names import PYXIS, SIF_RUNTIMES, is_remote
 from ctrain.settings import Resolved
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
+PULLING_RUNTIMES = (*SIF_RUNTIMES, PYXIS)  # run a file ctrain pulled for a remote image
 
 
 def decide(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
     """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
     (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
     ``refuse`` (not pulled, and several ranks would each pull it at once)."""
-    if runtime not in SIF_RUNTIMES or not remote:
+    if runtime not in PULLING_RUNTIMES or not remote:
         return "as given"
     if recorded:
         return "pulled"
@@ -68,6 +73,8 @@ class ImageChoice:
         """The variables ctrain adds to the pull's environment (none without a pull)."""
         if self.pull is None or self.cache is None or self.tmpdir is None:
             return {}
+        if self.pull.runtime == PYXIS:
+            return cachedir.enroot_env(self.cache, self.tmpdir)
         return sif_pull_env(self.cache, self.tmpdir)
 
 
@@ -76,7 +83,7 @@ def recorded(plan: PullPlan) -> bool:
     the record is written after the file's atomic rename and removed before a new one)."""
     if plan.target is None:
         return False
-    state = target_state(plan.target)
+    state = (enroot_import.target_state if plan.runtime == PYXIS else target_state)(plan.target)
     action, _ = sif_decide(read_sidecar(plan.record), plan.ref, state, plan.owned, False)
     return action == "reuse"
 
@@ -89,9 +96,9 @@ def choose(
     environ: Mapping[str, str],
 ) -> ImageChoice:
     """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
-    if runtime == PYXIS:  # enroot imports it on each node of the step, in its own form
-        return ImageChoice(enroot_image(image, os.getcwd()))
     remote = is_remote(image, "exec")
+    if runtime == PYXIS and not remote:  # a file, or one pyxis imports on each node
+        return ImageChoice(enroot_image(image, os.getcwd()))
     if decide(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)
     cache = cachedir.resolve_cache_dir(s, environ)

@@ -43,8 +43,9 @@ def block() -> str:
     names = ",".join(pyxis.JOB_ENV)
     return f"""\
 # pyxis (srun options; sbatch reads none of them): each task runs in a container enroot makes
-# on its node from $image (in enroot's form: ctrain resolve printed it so for pyxis), in this
-# directory, mounted at the same path with the job's TMPDIR; the variables named in
+# on its node from $image: for a docker:// image, the squashfs file ctrain resolve imported
+# once above (enroot import into ctrain's cache), so the nodes do not each import it. It runs
+# in this directory, mounted at the same path with the job's TMPDIR; the variables named in
 # {pyxis.ENV} keep this script's values over the image's; the home directory stays out.
 workdir=$PWD
 mounts=$workdir:$workdir

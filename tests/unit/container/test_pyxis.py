@@ -12,6 +12,7 @@ from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_in
 from ctrain.container.spec import Bind
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import CtrainError, SpecError
+from tests.helpers import run_ctrain, sandbox
 
 
 def version_of(program: str) -> RuntimeVersion:
@@ -152,3 +153,23 @@ def test_pyxis_is_srun_and_never_auto() -> None:
         choose_runtime("pyxis", lambda n: None)
     with pytest.raises(CtrainError, match="no container runtime"):
         choose_runtime("auto", lambda n: "/bin/srun" if n == "srun" else None)
+
+
+def test_exec_dry_run_names_the_import_first(tmp_path: Path) -> None:
+    """A docker:// image is imported once before the step (images/enroot.py): --dry-run says
+    with which command, and enroot's paths in the cache."""
+    box = sandbox(tmp_path)
+    box.add_program("srun", "#!/bin/sh\nexit 0\n")
+    ref = "docker://127.0.0.1:5000/lab/ctrain:1"
+    env = box.with_env(CTRAIN_CACHE_DIR=str(tmp_path / "cache"))
+    done = run_ctrain("exec", "--runtime", "pyxis", "--dry-run", ref, "--", "true", env=env)
+    assert done.returncode == 0, done.stderr
+    target = tmp_path / "cache" / "images" / "docker_127.0.0.1_5000_lab_ctrain_1.sqsh"
+    assert (
+        f"  pulled first: ctrain pull --runtime pyxis 'docker://127.0.0.1:5000#lab/ctrain:1', "
+        f"then {target} is run in its place"
+    ) in done.stdout.splitlines()
+    assert f"  pull env ENROOT_CACHE_PATH={tmp_path}/cache/enroot/cache" in done.stdout
+    for given in ("127.0.0.1:5000#lab/ctrain:1", str(tmp_path / "x.sqsh")):  # as they are
+        shown = run_ctrain("resolve", "--runtime", "pyxis", given, env=env)
+        assert shown.returncode == 0 and shown.stdout == given + "\n", shown.stderr
