@@ -49,11 +49,21 @@ BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)
 # ---- container runtimes ---------------------------------------------------------------------
 
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
+CHARLIECLOUD = "charliecloud"  # ch-run: an image directory ctrain pulls into the cache
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
-CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
+# In the order auto tries them (docs/charliecloud.md: the unprivileged HPC runtimes first).
+CONTAINER_RUNTIMES = (*SIF_RUNTIMES, CHARLIECLOUD, *ENGINE_RUNTIMES)
+CACHED_RUNTIMES = (*SIF_RUNTIMES, CHARLIECLOUD)  # run a local copy ctrain pulls into its cache
+PROGRAMS = {CHARLIECLOUD: "ch-run"}  # a runtime's program when it is not the runtime's name
 HOST = "host"  # no container: the current environment
 RUNTIMES = (*CONTAINER_RUNTIMES, HOST)
 RUNTIME_CHOICES = (AUTO, *RUNTIMES)
+
+
+def program_of(runtime: str) -> str:
+    """The program ``runtime`` is started by (looked up on PATH)."""
+    return PROGRAMS.get(runtime, runtime)
+
 
 # ---- remote image schemes -------------------------------------------------------------------
 

@@ -178,7 +178,7 @@ def test_runtime_none(monkeypatch: pytest.MonkeyPatch) -> None:
     fake(monkeypatch, {})
     check = doctor.check_runtime({})
     assert check.status == "WARN"
-    assert check.detail == "none of apptainer, singularity, docker, podman"
+    assert check.detail == "none of apptainer, singularity, charliecloud, docker, podman"
     assert "host" in check.fix
 
 

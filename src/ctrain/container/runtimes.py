@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrain.container.apptainer import Apptainer
+from ctrain.container.charliecloud import Charliecloud
 from ctrain.container.docker import Docker
 from ctrain.container.host import Host
 from ctrain.container.spec import (
@@ -30,7 +31,15 @@ from ctrain.container.spec import (
 )
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
-from ctrain.names import AUTO, CONTAINER_RUNTIMES, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
+from ctrain.names import (
+    AUTO,
+    CHARLIECLOUD,
+    CONTAINER_RUNTIMES,
+    ENGINE_RUNTIMES,
+    HOST,
+    SIF_RUNTIMES,
+    program_of,
+)
 
 
 class Runtime(Protocol):
@@ -51,6 +60,7 @@ class Runtime(Protocol):
 RUNTIMES: dict[str, Runtime] = {
     **{name: Apptainer(name) for name in SIF_RUNTIMES},
     **{name: Docker(name) for name in ENGINE_RUNTIMES},
+    CHARLIECLOUD: Charliecloud(),
     HOST: Host(),
 }
 
@@ -61,7 +71,7 @@ def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[
         return RUNTIMES[HOST], ""
     names = CONTAINER_RUNTIMES if requested == AUTO else (requested,)
     for name in names:
-        program = which(name)
+        program = which(program_of(name))
         if program:
             return RUNTIMES[name], program
     wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else requested

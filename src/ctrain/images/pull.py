@@ -62,6 +62,7 @@ from ctrain.images.sif import (
     target_state,
 )
 from ctrain.names import (
+    CHARLIECLOUD,
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
     ENGINE_SCHEME,
@@ -202,6 +203,10 @@ def plan_pull(
     is_dir: Callable[[Path], bool],
 ) -> PullPlan:
     """Where a pull goes, checked before anything is written."""
+    if runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.plan_pull(ref, program, output, cache_root, force)
     if runtime not in CONTAINER_RUNTIMES:
         raise ConfigError(
             f"the {runtime} runtime has no images to pull",
@@ -253,6 +258,10 @@ def pull(
 ) -> PullResult:
     """Run the pull ``plan``; progress goes to ``say``. ``tmpdir``: apptainer's temporary space
     (``cachedir.build_tmpdir``; default $TMPDIR, else /tmp)."""
+    if plan.runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.pull(plan, cache, environ, min_free_gb, say, tmpdir=tmpdir)
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

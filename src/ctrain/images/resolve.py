@@ -29,7 +29,7 @@ from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
 from ctrain.images.sif import decide as sif_decide
 from ctrain.images.sif import read_sidecar, target_state
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import SIF_RUNTIMES, is_remote
+from ctrain.names import CACHED_RUNTIMES, CHARLIECLOUD, is_remote
 from ctrain.settings import Resolved
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
@@ -39,7 +39,7 @@ def decide(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
     """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
     (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
     ``refuse`` (not pulled, and several ranks would each pull it at once)."""
-    if runtime not in SIF_RUNTIMES or not remote:
+    if runtime not in CACHED_RUNTIMES or not remote:
         return "as given"
     if recorded:
         return "pulled"
@@ -73,6 +73,10 @@ def recorded(plan: PullPlan) -> bool:
     the record is written after the file's atomic rename and removed before a new one)."""
     if plan.target is None:
         return False
+    if plan.runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.recorded(plan)
     state = target_state(plan.target)
     action, _ = sif_decide(read_sidecar(plan.record), plan.ref, state, plan.owned, False)
     return action == "reuse"

@@ -61,7 +61,7 @@ def test_help_on_every_command(command: str) -> None:
 def test_job_help_lists_the_modes_and_runtimes() -> None:
     text = CliRunner().invoke(main, ["job", "render", "--help"], catch_exceptions=False).output
     assert "{single|mirrored|multiworker|horovod-" in text
-    assert "[auto|apptainer|singularity|docker|podman|host]" in text
+    assert "[auto|apptainer|singularity|charliecloud|docker|podman|host]" in text
 
 
 def test_launch_help_names_env_vars() -> None:
