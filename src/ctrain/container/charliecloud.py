@@ -16,6 +16,10 @@ relies on, from ch-run 0.31's manual (pinned by tests/integration/test_charliecl
   command line, so none is quoted, expanded or shown by ps.
 - ch-run refuses to start without USER. It execs the command (same pid): signals reach it and
   its exit status is the container's.
+- Under ``srun --mpi=pmix`` the PMIx server's shared-memory store is in slurmd's spool, outside
+  the container: ctrain sets ``PMIX_MCA_gds=hash`` (unless given). The client's temporary
+  directory is under Slurm's TmpFS (default /tmp, which ch-run binds): it must be visible in
+  the container at the same path.
 - No ``--nv``: ``ch-fromhost --nvidia IMAGE`` copies the host's driver libraries into the image
   directory, once per node and driver (docs/charliecloud.md); ``--nv`` checks they are there.
 """
@@ -36,6 +40,9 @@ CONTAINER_TMP = "/tmp"  # where ch-run binds the host's $TMPDIR (or /tmp)
 # Where ch-fromhost --nvidia puts the driver libraries: the image's first ldconfig directory.
 DRIVER_DIRS = ("usr/local/lib", "usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "lib64")
 DRIVER_LIBRARY = "libcuda.so.1"
+# Slurm's PMIx server keeps its shared-memory store in slurmd's spool, which the container does
+# not see: a client inside asks the server for the data instead (PMIx's hash store).
+PMIX_GDS = {"PMIX_MCA_gds": "hash"}
 FROMHOST_FIX = "run `ch-fromhost --nvidia {image}` on the GPU node first (docs/charliecloud.md)"
 
 
@@ -68,6 +75,11 @@ def image_env(image: str) -> dict[str, str]:
 def has_driver(image: str) -> bool:
     """Whether ``ch-fromhost --nvidia`` put the NVIDIA driver library into the image."""
     return any((Path(image) / d / DRIVER_LIBRARY).exists() for d in DRIVER_DIRS)
+
+
+def pmix(env: Mapping[str, str]) -> bool:
+    """Whether a PMIx server (``srun --mpi=pmix``) started this process."""
+    return "PMIX_NAMESPACE" in env
 
 
 def job_tmp_bind(spec: RunSpec) -> Bind | None:
@@ -118,7 +130,7 @@ class Charliecloud:
     def _env(self, spec: RunSpec) -> dict[str, str]:
         """The container's whole environment: the image's, then ctrain's chosen variables."""
         chosen = {k: v for k, v in spec.env.items() if k != "TMPDIR"}  # ch-run unsets it
-        return {**image_env(spec.image), **chosen}
+        return {**image_env(spec.image), **(PMIX_GDS if pmix(chosen) else {}), **chosen}
 
     def _workdir(self, spec: RunSpec) -> str | None:
         if spec.workdir is not None:
@@ -177,6 +189,8 @@ class Charliecloud:
         found.append(f"host {tmpdir or CONTAINER_TMP} is the container's /tmp (ch-run binds it)")
         if spec.workdir is None and self._workdir(spec) is None:
             found.append(f"{spec.cwd} is not in the container: it starts in ch-run's default")
+        if pmix(spec.env) and "PMIX_MCA_gds" not in spec.env:
+            found.append("PMIx: PMIX_MCA_gds=hash (the server's store is outside the container)")
         if spec.nv:
             found.append("GPUs: the driver libraries ch-fromhost --nvidia put in the image")
         return found

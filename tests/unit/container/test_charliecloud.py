@@ -188,3 +188,13 @@ def test_plan_invocation_end_to_end(image: Path, tmp_path: Path) -> None:
     assert glob == "--unset-env=!(ASKED|LANG|PATH|PYTHONNOUSERSITE|SLURM_PROCID|USER)"
     assert inv.env["SECRET"] == "x"  # in ch-run's environment, removed by the glob
     assert inv.added["ASKED"] == "1"
+
+
+def test_a_pmix_step_uses_pmix_hash_store(image: Path) -> None:
+    s = spec(image, env={"PMIX_NAMESPACE": "slurm.pmix.1.0", "PMIX_RANK": "0"})
+    env = CH.process_env(s, {"USER": "u"})
+    assert env["PMIX_MCA_gds"] == "hash"
+    assert "PMIX_MCA_gds" in CH.argv(s, "ch-run")[1]  # kept by the --unset-env glob
+    asked = spec(image, env={"PMIX_NAMESPACE": "n", "PMIX_MCA_gds": "ds21"})
+    assert CH.process_env(asked, {"USER": "u"})["PMIX_MCA_gds"] == "ds21"
+    assert "PMIX_MCA_gds" not in CH.process_env(spec(image), {"USER": "u"})
