@@ -99,9 +99,14 @@ def cluster_tmp() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def charliecloud_image() -> Iterator[Path]:
     """The CI CPU image as a Charliecloud directory, pulled once per session by ctrain into a
-    cache every compute host sees; removed at the end (tests/integration/charliecloud.py)."""
+    cache every compute host sees; removed at the end (tests/integration/charliecloud.py).
+    $CTRAIN_TEST_CHARLIECLOUD_IMAGE names one converted before, used as it is."""
     from tests.integration.charliecloud import pull_cpu_image
 
+    given = os.environ.get("CTRAIN_TEST_CHARLIECLOUD_IMAGE")
+    if given:
+        yield Path(given)
+        return
     with cluster_dir() as root:
         yield pull_cpu_image(root)
 

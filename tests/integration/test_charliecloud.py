@@ -21,14 +21,20 @@ import pytest
 
 from tests.helpers import CTRAIN, SYSTEM_PATH, wait_for
 
-from .charliecloud import OUT_DIR, SCRIPT_DIR
+from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .images import REPO
 from .jobs import SCRIPTS, clean_env, run
 from .test_exec_docker import TEST_USER
 from .test_multinode import probe, reports, same_weights
 
-pytestmark = [pytest.mark.charliecloud, pytest.mark.docker]
 TIMEOUT = 120
+USER_ENV = {"PATH": f"/usr/sbin:{SYSTEM_PATH}"}  # runuser is in /usr/sbin; nothing else
+# The first test to ask for the session's image waits for its conversion.
+pytestmark = [
+    pytest.mark.charliecloud,
+    pytest.mark.docker,
+    pytest.mark.timeout(PULL_TIMEOUT + 2 * TIMEOUT),
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,7 @@ def exec_as(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         as_user(user, *args, **env),
-        env={"PATH": SYSTEM_PATH},
+        env=USER_ENV,
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -162,10 +168,14 @@ def test_exit_code_and_signal(
     script = f"echo $$ > {OUT_DIR}/pid; exec sleep 600"
     argv = ["--no-launch", "-B", f"{work}:{OUT_DIR}", str(charliecloud_image), "--"]
     started = subprocess.Popen(
-        as_user(user, *argv, "sh", "-c", script), env={"PATH": SYSTEM_PATH}, cwd=work, text=True
+        as_user(user, *argv, "sh", "-c", script), env=USER_ENV, cwd=work, text=True
     )
     try:
-        wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip(), timeout=TIMEOUT)
+        wait_for(
+            lambda: pid_file.is_file() and pid_file.read_text().endswith("\n"),
+            "the container's pid",
+            timeout=TIMEOUT,
+        )
         pid = int(pid_file.read_text())
         assert Path(f"/proc/{pid}/status").read_text().count(f"\t{user.pw_uid}\t") >= 1
         os.kill(pid, signal.SIGTERM)  # the command ctrain exec'd through ch-run: same pid
@@ -187,7 +197,6 @@ def test_a_second_pull_is_a_no_op(charliecloud_image: Path) -> None:
 
 @pytest.mark.slurm
 @pytest.mark.tensorflow
-@pytest.mark.timeout(300)
 def test_two_ranks_under_srun_train_identical_weights(
     charliecloud_image: Path, tmp_path: Path
 ) -> None:

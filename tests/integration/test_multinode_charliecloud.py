@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import CTRAIN
 
-from .charliecloud import OUT_DIR, SCRIPT_DIR
+from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .jobs import SCRIPTS, run
 from .test_jobs_real import sh
 from .test_multinode import (
@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.charliecloud,
     pytest.mark.docker,
     pytest.mark.tensorflow,
-    pytest.mark.timeout(2 * STEP_TIMEOUT),
+    pytest.mark.timeout(PULL_TIMEOUT + 2 * STEP_TIMEOUT),  # the first waits for the image
 ]
 
 
@@ -58,7 +58,11 @@ def test_multiworker_through_ch_run_on_two_hosts(
 ) -> None:
     cluster_tmp.chmod(0o755)
     argv = [*SRUN, "-N", "2", "-n", "2", "--kill-on-bad-exit=1"]
-    run([*argv, *ch_exec(charliecloud_image, cluster_tmp)], cluster_env(), timeout=STEP_TIMEOUT)
+    run(
+        [*argv, *ch_exec(charliecloud_image, cluster_tmp)],
+        cluster_env(USER="root"),
+        timeout=STEP_TIMEOUT,
+    )
     found = reports(cluster_tmp, 2)
     assert placed(found, [0, 1])  # gethostname() in each container: its own host
     assert all(worker_hosts(r) == [str(r["host"]) for r in found] for r in found)
@@ -75,7 +79,7 @@ def test_horovod_pmix_through_ch_run_on_two_hosts(
     tmpfs = slurm_tmpfs_root()
     (charliecloud_image / tmpfs.lstrip("/")).mkdir(parents=True, exist_ok=True)
     argv = [*SRUN, "--mpi=pmix", "-N", "2", "-n", "2", "--kill-on-bad-exit=1"]
-    env = cluster_env(CTRAIN_MODE="horovod")
+    env = cluster_env(CTRAIN_MODE="horovod", USER="root")  # ch-run needs it
     step = ch_exec(charliecloud_image, cluster_tmp, "-B", f"{tmpfs}:{tmpfs}")
     run([*argv, *step], env, timeout=STEP_TIMEOUT)
     found = reports(cluster_tmp, 2)
