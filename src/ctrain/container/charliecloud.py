@@ -161,6 +161,8 @@ class Charliecloud:
                 f"library ({DRIVER_LIBRARY})",
                 FROMHOST_FIX.format(image=spec.image) + ", or drop --nv",
             )
+        if not spec.env.get("USER"):  # passed through from the host, or given with --env
+            raise SpecError("ch-run refuses to start without USER", "export USER=$(id -un)")
         argv = [program]
         for bind in self._binds(spec):
             _check_bind(bind, spec.image)
@@ -173,8 +175,6 @@ class Charliecloud:
         return [*argv, spec.image, "--", *command]
 
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]:
-        if not environ.get("USER") and environ:
-            raise SpecError("ch-run refuses to start without USER", "export USER=$(id -un)")
         return {**environ, **self._env(spec)}
 
     def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Charliecloud:

@@ -117,7 +117,7 @@ def pull(
         for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
             say(f"removed {leftover.name}, left by an interrupted pull")
         sidecar = read_sidecar(plan.record)
-        if not plan.force and is_recorded(sidecar, plan, target.is_dir()) and sidecar:
+        if not plan.force and sidecar is not None and is_recorded(sidecar, plan, target.is_dir()):
             return PullResult(str(target), False, sidecar, "up to date")
         fs.check_free(target.parent, min_free_gb)
         temp_space = tmpdir or cachedir.node_local_tmp(environ)

@@ -27,6 +27,7 @@ def image(tmp_path: Path) -> Path:
 
 def spec(where: Path, **kw: object) -> RunSpec:
     base: dict[str, object] = {"image": str(where), "action": "exec", "command": ("python", "x")}
+    base["env"] = {"USER": "u"}  # ch-run needs it; passed through from the host
     return RunSpec(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -36,7 +37,7 @@ def test_argv_binds_workdir_and_the_environment_glob(image: Path, tmp_path: Path
         image,
         binds=(Bind(str(data), "/mnt"),),
         cwd=str(data / "sub"),
-        env={"SLURM_PROCID": "0", "PYTHONNOUSERSITE": "1"},
+        env={"SLURM_PROCID": "0", "PYTHONNOUSERSITE": "1", "USER": "u"},
     )
     assert CH.argv(s, "/usr/bin/ch-run") == [
         "/usr/bin/ch-run",
@@ -44,7 +45,7 @@ def test_argv_binds_workdir_and_the_environment_glob(image: Path, tmp_path: Path
         f"{data}:/mnt",
         "-c",
         "/mnt/sub",  # the host's working directory, where the container sees it
-        "--unset-env=!(LANG|PATH|PYTHONNOUSERSITE|SLURM_PROCID)",
+        "--unset-env=!(LANG|PATH|PYTHONNOUSERSITE|SLURM_PROCID|USER)",
         str(image),
         "--",
         "python",
@@ -53,7 +54,7 @@ def test_argv_binds_workdir_and_the_environment_glob(image: Path, tmp_path: Path
 
 
 def test_environment_is_the_images_then_the_chosen(image: Path) -> None:
-    s = spec(image, env={"PATH": "/asked", "CTRAIN_X": "a b $HOME 'q'\nz"})
+    s = spec(image, env={"PATH": "/asked", "CTRAIN_X": "a b $HOME 'q'\nz", "USER": "u"})
     env = CH.process_env(s, {"USER": "u", "HOME": "/root", "SECRET": "s"})
     assert env["PATH"] == "/asked"  # --env wins over the image's
     assert env["LANG"] == "C.UTF-8"  # the image's, its quotes stripped as ch-run does
@@ -64,13 +65,14 @@ def test_environment_is_the_images_then_the_chosen(image: Path) -> None:
 
 def test_user_must_be_set(image: Path) -> None:
     with pytest.raises(SpecError, match="USER") as caught:
-        CH.process_env(spec(image), {"HOME": "/root"})
+        CH.argv(spec(image, env={"HOME": "/root"}), "ch-run")
     assert "export USER" in caught.value.fix
 
 
 def test_job_tmpdir_is_chruns_own_tmp_bind(image: Path, tmp_path: Path) -> None:
     job_tmp = str(tmp_path / "job")
-    s = spec(image, binds=(Bind(job_tmp, job_tmp),), env={"TMPDIR": job_tmp}, cwd=job_tmp + "/w")
+    env = {"TMPDIR": job_tmp, "USER": "u"}
+    s = spec(image, binds=(Bind(job_tmp, job_tmp),), env=env, cwd=job_tmp + "/w")
     argv = CH.argv(s, "ch-run")
     assert "-b" not in argv  # ch-run binds $TMPDIR at /tmp itself
     assert argv[argv.index("-c") + 1] == "/tmp/w"
@@ -191,7 +193,7 @@ def test_plan_invocation_end_to_end(image: Path, tmp_path: Path) -> None:
 
 
 def test_a_pmix_step_uses_pmix_hash_store(image: Path) -> None:
-    s = spec(image, env={"PMIX_NAMESPACE": "slurm.pmix.1.0", "PMIX_RANK": "0"})
+    s = spec(image, env={"PMIX_NAMESPACE": "slurm.pmix.1.0", "PMIX_RANK": "0", "USER": "u"})
     env = CH.process_env(s, {"USER": "u"})
     assert env["PMIX_MCA_gds"] == "hash"
     assert "PMIX_MCA_gds" in CH.argv(s, "ch-run")[1]  # kept by the --unset-env glob
