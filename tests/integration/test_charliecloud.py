@@ -192,6 +192,11 @@ def test_a_second_pull_is_a_no_op(charliecloud_image: Path) -> None:
         done = run([CTRAIN, verb, "--runtime", "charliecloud", ref], env, timeout=TIMEOUT)
         assert str(charliecloud_image) in done.stdout
     assert done.stdout.strip() == str(charliecloud_image)  # resolve: what every rank runs
+    # exec of the reference runs the recorded directory, converting nothing
+    script = "import os; print(os.environ['CTRAIN_VENV'])"
+    argv = [CTRAIN, "exec", "--runtime", "charliecloud", "--no-launch", ref, "--", "python"]
+    done = run([*argv, "-c", script], env, timeout=TIMEOUT)
+    assert done.stdout.strip() == "/opt/ctrain/venv" and "converting" not in done.stderr
     assert not [p for p in charliecloud_image.parent.iterdir() if p.name.startswith(".")]
 
 

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
-from ctrain.names import CHARLIECLOUD
+from ctrain.names import CHARLIECLOUD, is_remote
 
 ENV_FILE = "ch/environment"  # the image's own variables, written by ch-convert and ch-image
 CONTAINER_TMP = "/tmp"  # where ch-run binds the host's $TMPDIR (or /tmp)
@@ -77,6 +77,12 @@ def has_driver(image: str) -> bool:
     return any((Path(image) / d / DRIVER_LIBRARY).exists() for d in DRIVER_DIRS)
 
 
+def pending(spec: RunSpec) -> bool:
+    """A remote image not pulled yet: planned once as given (--dry-run names the pull), then
+    again on the pulled directory, where the image's checks happen."""
+    return is_remote(spec.image, "exec")
+
+
 def pmix(env: Mapping[str, str]) -> bool:
     """Whether a PMIx server (``srun --mpi=pmix``) started this process."""
     return "PMIX_NAMESPACE" in env
@@ -98,7 +104,7 @@ def inside(path: str, binds: tuple[Bind, ...], tmpdir: str) -> str | None:
     return None
 
 
-def _check_bind(bind: Bind, image: str) -> None:
+def _check_bind(bind: Bind, image: str | None) -> None:
     if ":" in bind.src or ":" in bind.dst:
         raise SpecError(
             f"bind path {bind.src}:{bind.dst} holds ':', which ch-run's -b SRC:DST cannot express",
@@ -109,8 +115,8 @@ def _check_bind(bind: Bind, image: str) -> None:
             f"bind {bind.src}:{bind.dst}:ro: ch-run has no read-only binds",
             f"drop :ro (write -B {bind.src}:{bind.dst}), or use --runtime apptainer or docker",
         )
-    where = Path(image) / bind.dst.lstrip("/")
-    if not where.is_dir() and not where.is_symlink():
+    where = Path(image or "/") / bind.dst.lstrip("/")
+    if image is not None and not where.is_dir() and not where.is_symlink():
         raise SpecError(
             f"bind destination {bind.dst} is not a directory in the image {image} (ch-run "
             "mounts the image read-only and cannot create it)",
@@ -130,7 +136,8 @@ class Charliecloud:
     def _env(self, spec: RunSpec) -> dict[str, str]:
         """The container's whole environment: the image's, then ctrain's chosen variables."""
         chosen = {k: v for k, v in spec.env.items() if k != "TMPDIR"}  # ch-run unsets it
-        return {**image_env(spec.image), **(PMIX_GDS if pmix(chosen) else {}), **chosen}
+        own = {} if pending(spec) else image_env(spec.image)
+        return {**own, **(PMIX_GDS if pmix(chosen) else {}), **chosen}
 
     def _workdir(self, spec: RunSpec) -> str | None:
         if spec.workdir is not None:
@@ -149,7 +156,7 @@ class Charliecloud:
                 "ch-run has no runscript (ctrain run runs the image's entrypoint)",
                 "use ctrain exec IMAGE -- CMD",
             )
-        if not Path(spec.image).is_dir():
+        if not pending(spec) and not Path(spec.image).is_dir():
             raise SpecError(
                 f"image {spec.image!r} is not an image directory",
                 f"pull it first: ctrain pull --runtime {self.name} docker-daemon://NAME:TAG, "
@@ -165,7 +172,7 @@ class Charliecloud:
             raise SpecError("ch-run refuses to start without USER", "export USER=$(id -un)")
         argv = [program]
         for bind in self._binds(spec):
-            _check_bind(bind, spec.image)
+            _check_bind(bind, None if pending(spec) else spec.image)
             argv += ["-b", f"{bind.src}:{bind.dst}"]
         workdir = self._workdir(spec)
         if workdir is not None:

@@ -65,6 +65,10 @@ class ImageChoice:
         """The variables ctrain adds to the pull's environment (none without a pull)."""
         if self.pull is None or self.cache is None or self.tmpdir is None:
             return {}
+        if self.pull.runtime == CHARLIECLOUD and self.pull.target is not None:
+            from ctrain.images import charliecloud
+
+            return charliecloud.storage_env(self.pull.target)
         return sif_pull_env(self.cache, self.tmpdir)
 
 

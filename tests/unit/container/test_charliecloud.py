@@ -200,3 +200,8 @@ def test_a_pmix_step_uses_pmix_hash_store(image: Path) -> None:
     asked = spec(image, env={"PMIX_NAMESPACE": "n", "PMIX_MCA_gds": "ds21"})
     assert CH.process_env(asked, {"USER": "u"})["PMIX_MCA_gds"] == "ds21"
     assert "PMIX_MCA_gds" not in CH.process_env(spec(image), {"USER": "u"})
+
+
+def test_a_remote_image_is_planned_as_given_until_pulled() -> None:
+    s = RunSpec("docker-daemon://img:1", "exec", ("true",), env={"USER": "u"}, cwd="/x")
+    assert CH.argv(s, "ch-run")[-3:] == ["docker-daemon://img:1", "--", "true"]
