@@ -11,9 +11,9 @@ relies on, from ch-run 0.31's manual (pinned by tests/integration/test_charliecl
   TMPDIR (the host's $TMPDIR, or /tmp, is bound at the container's /tmp), sets CH_RUNNING, and
   applies ``--unset-env`` and ``--set-env`` in the order given. ctrain gives the ch-run process
   the container's exact environment (the image's own variables from ``IMAGE/ch/environment``,
-  then the chosen ones of ``spec.container_env``) and one ``--unset-env='!(NAME|...)'`` (an
-  extglob) that removes everything else: values travel in the environment, never on the
-  command line, so none is quoted, expanded or shown by ps.
+  then the ones ``container.spec`` chooses for every runtime) and one
+  ``--unset-env='!(NAME|...)'`` (an extglob) that removes everything else: values travel in the
+  environment, never on the command line, so none is quoted, expanded or shown by ps.
 - ch-run refuses to start without USER. It execs the command (same pid): signals reach it and
   its exit status is the container's.
 - Under ``srun --mpi=pmix`` the PMIx server's shared-memory store is in slurmd's spool, outside
