@@ -67,7 +67,8 @@ def _cache_options(func: F) -> F:
 @setting_option("min_free_gb")
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
-    """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store.
+    """Pull REF (default: the `image` setting) as a SIF file, into docker/podman's store, or as
+    a Charliecloud image directory (docker-daemon:// or docker://, converted by ch-convert).
 
     The file appears whole or not at all: it is downloaded (`--disable-cache`: stored once) to
     a temporary name next to the target, checked (SIF header, then `apptainer inspect`) and
@@ -111,7 +112,8 @@ def resolve(image: str | None, **flags: str | None) -> None:
 
     On apptainer and singularity a remote IMAGE (docker://...) is pulled as `ctrain pull` does
     (locked and recorded: an image pulled before, on a login node for instance, is reused
-    without the network) and its local SIF file is printed. A local file, and any image on
+    without the network) and its local SIF file is printed; on charliecloud, its image
+    directory. A local file, and any image on
     docker, podman or host (they pull on each node themselves, or run none), is printed as given.
     The job scripts run it once in the batch step.
     """

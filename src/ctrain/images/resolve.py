@@ -1,5 +1,6 @@
 """The image a container gets: a remote reference on apptainer or singularity becomes one local
-SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename).
+SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename); on
+charliecloud, one image directory (``images.charliecloud``), the same way.
 
 Apptainer asks the registry for a ``docker://`` manifest before it looks at its own cache, so a
 remote reference handed to every rank needs the network on every compute node, and on a cold
