@@ -1,8 +1,12 @@
 """``ctrain pull --runtime charliecloud``: an image directory in the cache, ``CACHE/charliecloud/``.
 
-Two sources, each through Charliecloud's own tools (found beside ``ch-run``):
+Two sources, unpacked by Charliecloud's own ``ch-convert`` (found beside ``ch-run``):
 
-- ``docker-daemon://NAME:TAG`` (a local Docker daemon's image): ``ch-convert -i docker``;
+- ``docker-daemon://NAME:TAG`` (a local Docker daemon's image): ``docker export`` of a container
+  created from it into an uncompressed tarball in the temporary space, ``ch-convert -i tar``,
+  then ``ch/environment`` from the image's ``ENV``. This is what ``ch-convert -i docker`` does,
+  without the gzip of the whole image it makes in between (3 of its 8 minutes for the 2.7 GB
+  CPU image on 2 busy cores);
 - ``docker://REPO:TAG`` (a registry): ``ch-image pull`` into ``CACHE/charliecloud/storage``, then
   ``ch-convert -i ch-image``. ch-image 0.31 speaks HTTPS only: a plain-HTTP registry cannot
   serve it (push the image to the Docker daemon and use ``docker-daemon://``).
@@ -18,11 +22,13 @@ removes its leftovers.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ctrain.errors import ConfigError
+from ctrain.container.charliecloud import ENV_FILE
+from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, safe_name
 from ctrain.images.sif import Sidecar, lock_of, new_sidecar, read_sidecar, sidecar_of
@@ -62,11 +68,28 @@ def plan_pull(
     return PullPlan(checked, CHARLIECLOUD, program, target, record, lock_of(target), True, force)
 
 
-def convert_argv(program: str, ref: str, temp: Path, tmpdir: Path) -> list[str]:
-    """ch-convert (beside ch-run ``program``) from the source into the directory ``temp``."""
-    fmt, name = source_of(ref)
+def convert_argv(program: str, fmt: str, source: str, temp: Path, tmpdir: Path) -> list[str]:
+    """ch-convert (beside ch-run ``program``) from ``source`` into the directory ``temp``."""
     tool = str(Path(program).with_name("ch-convert"))
-    return [tool, "--no-clobber", "--tmp", str(tmpdir), "-i", fmt, "-o", "dir", name, str(temp)]
+    return [tool, "--no-clobber", "--tmp", str(tmpdir), "-i", fmt, "-o", "dir", source, str(temp)]
+
+
+def docker_argvs(docker: str, name: str, cid: str, tar: Path) -> dict[str, list[str]]:
+    """The Docker commands of a ``docker-daemon://`` pull: a container created (never started)
+    from the image, its filesystem exported to ``tar``, the container removed, the image's
+    ``ENV`` as JSON."""
+    return {
+        "create": [docker, "create", "--read-only", name, "/bin/true"],
+        "export": [docker, "export", "-o", str(tar), cid],
+        "rm": [docker, "rm", cid],
+        "env": [docker, "image", "inspect", "--format", "{{json .Config.Env}}", name],
+    }
+
+
+def env_file_text(inspected: str) -> str:
+    """``ch/environment`` from ``docker image inspect``'s JSON list of ``NAME=VALUE``."""
+    found = json.loads(inspected) or []
+    return "".join(f"{item}\n" for item in found if isinstance(item, str))
 
 
 def fetch_argv(program: str, ref: str) -> list[str] | None:
@@ -114,13 +137,17 @@ def pull(
         say(f"waiting for another pull of {target} ({who})")
 
     with locks.hold_lock(plan.lock, holder, waiting):
-        for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
-            say(f"removed {leftover.name}, left by an interrupted pull")
+        temp_space = tmpdir or cachedir.node_local_tmp(environ)
+        prefix = fs.temp_prefix(target, TEMP_TAG)  # the directory beside it, the tarball there
+        for leftover in [
+            *fs.remove_leftovers(target.parent, prefix),
+            *fs.remove_leftovers(temp_space, prefix),
+        ]:
+            say(f"removed {leftover}, left by an interrupted pull")
         sidecar = read_sidecar(plan.record)
         if not plan.force and sidecar is not None and is_recorded(sidecar, plan, target.is_dir()):
             return PullResult(str(target), False, sidecar, "up to date")
         fs.check_free(target.parent, min_free_gb)
-        temp_space = tmpdir or cachedir.node_local_tmp(environ)
         cachedir.check_tmpdir(temp_space, min_free_gb)
         reason = "--force" if plan.force else "not present" if sidecar is None else "replaced"
         say(f"converting {plan.ref} into {target} with ch-convert ({reason})")
@@ -138,11 +165,14 @@ def _convert(plan: PullPlan, target: Path, env: Mapping[str, str], tmpdir: Path)
     untouched = "the previous image is untouched"
     fix = f"check the reference and that the image exists; {untouched}"
     try:
+        fmt, name = source_of(plan.ref)
         fetch = fetch_argv(plan.program, plan.ref)
-        if fetch is not None:
+        if fetch is None:
+            _from_docker(plan.program, name, temp, env, tmpdir, fix)
+        else:
             proc.check(fetch, env, CONVERT_TIMEOUT, what=f"ch-image pull {plan.ref}", fix=fix)
-        argv = convert_argv(plan.program, plan.ref, temp, tmpdir)
-        proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {plan.ref}", fix=fix)
+            argv = convert_argv(plan.program, fmt, name, temp, tmpdir)
+            proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {plan.ref}", fix=fix)
         if not (temp / "bin").exists():
             raise ConfigError(f"ch-convert wrote no image into {temp}", fix)
         plan.record.unlink(missing_ok=True)  # no record ever describes a directory it is not
@@ -155,3 +185,33 @@ def _convert(plan: PullPlan, target: Path, env: Mapping[str, str], tmpdir: Path)
     finally:
         fs.remove(temp)
         fs.remove(old)
+
+
+def _from_docker(
+    program: str, name: str, temp: Path, env: Mapping[str, str], tmpdir: Path, fix: str
+) -> None:
+    """The Docker daemon's image ``name`` into the directory ``temp`` (see the module doc)."""
+    docker = proc.which("docker", env)
+    if docker is None:
+        raise ExternalToolError(
+            "docker not found: docker-daemon:// images come from the Docker daemon",
+            "put docker on PATH, or pull from a registry: docker://REPO:TAG",
+        )
+    tar = tmpdir / f"{temp.name}.tar"  # ch-convert reads an uncompressed *.tar
+    cid = proc.check(
+        docker_argvs(docker, name, "", tar)["create"], env, what="docker create", fix=fix
+    )
+    argvs = docker_argvs(docker, name, cid.strip(), tar)
+    try:
+        try:
+            what = f"docker export of {name}"
+            proc.check(argvs["export"], env, CONVERT_TIMEOUT, what=what, fix=fix)
+        finally:
+            proc.run(argvs["rm"], env)
+        argv = convert_argv(program, "tar", str(tar), temp, tmpdir)
+        proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {name}", fix=fix)
+    finally:
+        fs.remove(tar)
+    inspected = proc.check(argvs["env"], env, what=f"docker image inspect {name}", fix=fix)
+    (temp / ENV_FILE).parent.mkdir(exist_ok=True)
+    (temp / ENV_FILE).write_text(env_file_text(inspected), encoding="utf-8")

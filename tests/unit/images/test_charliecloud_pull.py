@@ -1,6 +1,6 @@
 """``ctrain pull --runtime charliecloud``: references, argv, and the pull's rename, record and
-reuse against a stand-in ch-convert (a shell script writing an image directory). The real
-conversion is tests/integration/test_charliecloud.py's."""
+reuse against stand-in ``docker`` and ``ch-convert`` shell scripts (the export a file, the
+conversion a directory). The real ones are tests/integration/test_charliecloud.py's."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import charliecloud, pull, resolve
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
+from tests.helpers import SYSTEM_PATH
 
 # Writes OUT/bin and OUT/made (its call number), or fails when $FAIL is set; logs each call.
 FAKE_CONVERT = """#!/bin/sh
@@ -21,13 +22,22 @@ echo "$*" >> "$LOG"
 [ -n "$FAIL" ] && { echo "ch-convert: it broke" >&2; exit 1; }
 mkdir -p "$last/bin" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
 """
+# create prints a container id, export writes the tarball, inspect prints the image's ENV.
+FAKE_DOCKER = """#!/bin/sh
+echo "docker $*" >> "$LOG.docker"
+case "$1" in
+  create) echo c0ffee ;;
+  export) echo tar > "$3" ;;
+  image) echo '["PATH=/opt/venv/bin:/usr/bin","LANG=C.UTF-8"]' ;;
+esac
+"""
 
 
 @pytest.fixture
 def tools(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("ch-convert", FAKE_CONVERT), ("ch-run", "#!/bin/sh\n")):
+    for name, text in (("ch-convert", FAKE_CONVERT), ("ch-run", ""), ("docker", FAKE_DOCKER)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     return bin_dir / "ch-run"
@@ -38,7 +48,8 @@ def run_pull(
 ) -> pull.PullResult:
     cache = tmp / "cache"
     plan = pull.plan_pull(ref, "charliecloud", str(tools), None, cache, force, Path.is_dir)
-    environ = {**os.environ, "LOG": str(tmp / "calls"), **env}
+    path = f"{tools.parent}:{SYSTEM_PATH}"
+    environ = {**os.environ, "LOG": str(tmp / "calls"), "PATH": path, **env}
     choice = CacheChoice(cache, "test", False)
     return pull.pull(plan, choice, environ, 0, lambda line: None, tmpdir=tmp)
 
@@ -52,8 +63,20 @@ def test_pull_converts_once_then_reuses(tools: Path, tmp_path: Path) -> None:
     assert record is not None and record.ref == "docker-daemon://img:1"
     assert record.target == str(target) and record.runtime == "charliecloud"
     (call,) = (tmp_path / "calls").read_text().splitlines()
-    assert call.startswith(f"--no-clobber --tmp {tmp_path} -i docker -o dir img:1 ")
-    assert Path(call.split()[-1]).parent == target.parent  # converted beside the target
+    *_, tar, out = call.split()
+    assert call.startswith(f"--no-clobber --tmp {tmp_path} -i tar -o dir {tmp_path}/.")
+    assert Path(out).parent == target.parent  # converted beside the target
+    assert (
+        target / "ch" / "environment"
+    ).read_text() == "PATH=/opt/venv/bin:/usr/bin\nLANG=C.UTF-8\n"
+    docker = (tmp_path / "calls.docker").read_text().splitlines()
+    assert docker == [
+        "docker create --read-only img:1 /bin/true",
+        f"docker export -o {tar} c0ffee",
+        "docker rm c0ffee",
+        "docker image inspect --format {{json .Config.Env}} img:1",
+    ]
+    assert not Path(tar).exists()  # the tarball goes once unpacked
     again = run_pull(tools, tmp_path)
     assert not again.downloaded and again.reason == "up to date"
     assert len((tmp_path / "calls").read_text().splitlines()) == 1
@@ -108,8 +131,8 @@ def test_registry_pull_goes_through_ch_image_storage(tmp_path: Path) -> None:
         "registry.example/team/img:1",
     ]
     assert charliecloud.fetch_argv("/opt/ch/bin/ch-run", "docker-daemon://img:1") is None
-    argv = charliecloud.convert_argv("/opt/ch/bin/ch-run", ref, tmp_path / "t", tmp_path)
-    assert argv[0] == "/opt/ch/bin/ch-convert" and argv[5:8] == ["ch-image", "-o", "dir"]
+    argv = charliecloud.convert_argv("/opt/ch/bin/ch-run", "ch-image", "r/i:1", tmp_path, tmp_path)
+    assert argv[0] == "/opt/ch/bin/ch-convert" and argv[5:9] == ["ch-image", "-o", "dir", "r/i:1"]
     target = tmp_path / "charliecloud" / "x"
     assert charliecloud.storage_env(target) == {
         "CH_IMAGE_STORAGE": str(tmp_path / "charliecloud" / "storage")
