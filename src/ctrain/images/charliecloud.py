@@ -5,7 +5,7 @@ Two sources, unpacked by Charliecloud's own ``ch-convert`` (found beside ``ch-ru
 - ``docker-daemon://NAME:TAG`` (a local Docker daemon's image): ``docker export`` of a container
   created from it into an uncompressed tarball in the temporary space, ``ch-convert -i tar``,
   then ``ch/environment`` from the image's ``ENV``. This is what ``ch-convert -i docker`` does,
-  without the gzip of the whole image it makes in between (3 of its 8 minutes for the 2.7 GB
+  without the gzip of the whole image it makes in between (5 of its 8 minutes for the 2.7 GB
   CPU image on 2 busy cores);
 - ``docker://REPO:TAG`` (a registry): ``ch-image pull`` into ``CACHE/charliecloud/storage``, then
   ``ch-convert -i ch-image``. ch-image 0.31 speaks HTTPS only: a plain-HTTP registry cannot
@@ -15,7 +15,8 @@ The directory is written under ``.<name>.pull-<token>`` beside the target and re
 place, under ``flock(<target>.lock)``: concurrent pulls of one image wait for the first, then
 reuse it. A record ``<target>.json`` (``images.sif``'s sidecar) is written after the rename and
 removed before a replacement; a target whose record names the same reference is reused with
-nothing converted. ch-convert's own temporary space is node-local (``cachedir.build_tmpdir``).
+nothing converted. The tarball and ch-convert's own temporary space are node-local
+(``cachedir.build_tmpdir``).
 A pull killed at any moment leaves the previous image and record as they were; the next pull
 removes its leftovers.
 """
@@ -38,7 +39,10 @@ from ctrain.util import fs, locks, proc
 CH_DIR = "charliecloud"  # image directories in the cache
 STORAGE = "storage"  # ch-image's storage directory, under CH_DIR
 CONVERT_TIMEOUT = None  # a large image on a busy node takes as long as it takes
-SOURCES = {"docker-daemon": "docker", "docker": "ch-image"}  # scheme -> ch-convert's -i format
+SOURCES = {
+    "docker-daemon": "docker",
+    "docker": "ch-image",
+}  # scheme -> its store, as ch-convert names it
 
 
 def source_of(ref: str) -> tuple[str, str]:
