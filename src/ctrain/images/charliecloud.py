@@ -16,8 +16,8 @@ place, under ``flock(<target>.lock)``: concurrent pulls of one image wait for th
 reuse it. A record ``<target>.json`` (``images.sif``'s sidecar) is written after the rename and
 removed before a replacement; a target whose record names the same reference is reused with
 nothing converted. The tarball and ch-convert's own temporary space are node-local
-(``cachedir.build_tmpdir``). A pull killed at any moment leaves the previous image and record as they were; the next pull
-removes its leftovers.
+(``cachedir.build_tmpdir``). A pull killed at any moment leaves the previous image and record
+as they were; the next pull removes its leftovers.
 """
 
 from __future__ import annotations
