@@ -158,9 +158,10 @@ class Charliecloud:
             )
         if not pending(spec) and not Path(spec.image).is_dir():
             raise SpecError(
-                f"image {spec.image!r} is not an image directory",
-                f"pull it first: ctrain pull --runtime {self.name} docker-daemon://NAME:TAG, "
-                f"or convert it: ch-convert -i docker NAME:TAG DIR",
+                f"image {spec.image!r} is not an image directory (ctrain runs no SquashFS "
+                "file: docs/charliecloud.md)",
+                f"pull it: ctrain pull --runtime {self.name} docker-daemon://NAME:TAG, "
+                "or convert it: ch-convert IMAGE DIR",
             )
         if spec.nv and not has_driver(spec.image):
             raise SpecError(
