@@ -179,6 +179,7 @@ def _convert(plan: PullPlan, target: Path, env: Mapping[str, str], tmpdir: Path)
         if not (temp / "bin").exists():
             raise ConfigError(f"ch-convert wrote no image into {temp}", fix)
         plan.record.unlink(missing_ok=True)  # no record ever describes a directory it is not
+        os.utime(temp)  # its age in the cache (cache clean) is the pull's, not the image's
         if target.exists():
             os.rename(target, old)
         os.rename(temp, target)

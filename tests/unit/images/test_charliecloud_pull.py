@@ -5,6 +5,7 @@ conversion a directory). The real ones are tests/integration/test_charliecloud.p
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
 from tests.helpers import SYSTEM_PATH
 
-# Writes OUT/bin and OUT/made (its call number), or fails when $FAIL is set; logs each call.
+# Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each
+# call.
 FAKE_CONVERT = """#!/bin/sh
 for last; do :; done
 echo "$*" >> "$LOG"
 [ -n "$FAIL" ] && { echo "ch-convert: it broke" >&2; exit 1; }
-mkdir -p "$last/bin" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
+mkdir -p "$last/bin" "$last/ch" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
+touch -d 2001-01-01 "$last"  # as tar leaves the image's own times
 """
 # create prints a container id, export writes the tarball, inspect prints the image's ENV.
 FAKE_DOCKER = """#!/bin/sh
@@ -77,6 +80,7 @@ def test_pull_converts_once_then_reuses(tools: Path, tmp_path: Path) -> None:
         "docker image inspect --format {{json .Config.Env}} img:1",
     ]
     assert not Path(tar).exists()  # the tarball goes once unpacked
+    assert target.stat().st_mtime > time.time() - 3600  # cache clean goes by the pull's time
     again = run_pull(tools, tmp_path)
     assert not again.downloaded and again.reason == "up to date"
     assert len((tmp_path / "calls").read_text().splitlines()) == 1
