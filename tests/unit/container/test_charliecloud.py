@@ -205,3 +205,11 @@ def test_a_pmix_step_uses_pmix_hash_store(image: Path) -> None:
 def test_a_remote_image_is_planned_as_given_until_pulled() -> None:
     s = RunSpec("docker-daemon://img:1", "exec", ("true",), env={"USER": "u"}, cwd="/x")
     assert CH.argv(s, "ch-run")[-3:] == ["docker-daemon://img:1", "--", "true"]
+
+
+def test_a_squashfs_file_is_refused_with_the_fix(tmp_path: Path) -> None:
+    sqfs = tmp_path / "img.sqfs"
+    sqfs.write_bytes(b"hsqs")
+    with pytest.raises(SpecError, match="no SquashFS") as caught:
+        CH.argv(spec(sqfs), "ch-run")
+    assert "ch-convert IMAGE DIR" in caught.value.fix
