@@ -59,12 +59,26 @@ def missing(marker: str) -> str | None:
             return "podman not found (make system)"
         if not _run_ok(["podman", "info"]):
             return "podman does not start (make services writes its configuration)"
+    elif marker == "charliecloud":
+        if not shutil.which("ch-run") or not shutil.which("ch-convert"):
+            return "ch-run or ch-convert not found (make system: charliecloud-runtime)"
+        if not _run_ok(["ch-checkns"]):
+            return "ch-checkns fails: no unprivileged user namespaces"
     elif marker in ("tensorflow", "horovod") and importlib.util.find_spec(marker) is None:
         return f"{marker} is not importable (make install)"
     return None
 
 
-SERVICE_MARKERS = ("slurm", "cluster", "mpi", "docker", "podman", "tensorflow", "horovod")
+SERVICE_MARKERS = (
+    "slurm",
+    "cluster",
+    "mpi",
+    "docker",
+    "podman",
+    "charliecloud",
+    "tensorflow",
+    "horovod",
+)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -94,6 +108,21 @@ def cluster_dir() -> Iterator[Path]:
 def cluster_tmp() -> Iterator[Path]:
     with cluster_dir() as path:
         yield path
+
+
+@pytest.fixture(scope="session")
+def charliecloud_image() -> Iterator[Path]:
+    """The CI CPU image as a Charliecloud directory, pulled once per session by ctrain into a
+    cache every compute host sees; removed at the end (tests/integration/charliecloud.py).
+    $CTRAIN_TEST_CHARLIECLOUD_IMAGE names one converted before, used as it is."""
+    from tests.integration.charliecloud import pull_cpu_image
+
+    given = os.environ.get("CTRAIN_TEST_CHARLIECLOUD_IMAGE")
+    if given:
+        yield Path(given)
+        return
+    with cluster_dir() as root:
+        yield pull_cpu_image(root)
 
 
 @pytest.fixture

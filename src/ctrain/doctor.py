@@ -22,7 +22,7 @@ from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
 from ctrain.launch.gpus import list_gpus
-from ctrain.names import CONTAINER_RUNTIMES
+from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
 from ctrain.settings import Resolved
 from ctrain.util import fs, proc
 
@@ -122,14 +122,33 @@ def _runtime(name: str, path: str, environ: Mapping[str, str]) -> tuple[bool, st
         out = _tool([path, "--version"], "docker --version", environ)
         client = parse_version(out) if isinstance(out, str) else "version unknown"
         return False, f"docker {client} ({path}): daemon not reachable"
+    if name == CHARLIECLOUD:
+        return _charliecloud(path, environ)
     out = _tool([path, "--version"], f"{name} at {path}", environ)
     if isinstance(out, CtrainError):
         return False, out.message
     return True, f"{name} {parse_version(out)} ({path})"
 
 
+def _charliecloud(path: str, environ: Mapping[str, str]) -> tuple[bool, str]:
+    """ch-run's version (it prints it on stderr), whether ch-checkns can create the user
+    namespaces it needs, and what ctrain runs with it (SquashFS: ch-run 0.31 cannot say)."""
+    try:
+        said = proc.run([path, "--version"], {"USER": "ctrain-doctor", **environ}, TOOL_TIMEOUT)
+        version = parse_version(said.stderr + said.stdout)
+    except CtrainError:
+        version = "version unknown"
+    checkns = str(Path(path).with_name("ch-checkns"))
+    works = not isinstance(_tool([checkns], "ch-checkns", environ), CtrainError)
+    userns = "user namespaces work" if works else "user namespaces unavailable (ch-checkns)"
+    detail = f"{CHARLIECLOUD} {version} ({path}): {userns}; image directories (SquashFS not used)"
+    return works, detail
+
+
 def check_runtime(environ: Mapping[str, str]) -> Check:
-    found = [(n, p) for n in CONTAINER_RUNTIMES if (p := proc.which(n, environ)) is not None]
+    found = [
+        (n, p) for n in CONTAINER_RUNTIMES if (p := proc.which(program_of(n), environ)) is not None
+    ]
     results = [_runtime(name, path, environ) for name, path in found]
     detail = "; ".join(text for _, text in results) or "none of " + ", ".join(CONTAINER_RUNTIMES)
     if any(usable for usable, _ in results):

@@ -52,14 +52,24 @@ PROGRESS_CHOICES = (AUTO, *PROGRESS_MODES)
 # ---- container runtimes ---------------------------------------------------------------------
 
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
+CHARLIECLOUD = "charliecloud"  # ch-run: an image directory ctrain pulls into the cache
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
 DOCKER = ENGINE_RUNTIMES[0]  # the engine ctrain reaches through its API (images.docker_api)
-CONTAINER_RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)  # in the order auto tries them
+# In the order auto tries them (docs/charliecloud.md: the unprivileged HPC runtimes first).
+CONTAINER_RUNTIMES = (*SIF_RUNTIMES, CHARLIECLOUD, *ENGINE_RUNTIMES)
 PYXIS = "pyxis"  # srun's --container-* options (enroot underneath); never chosen by auto
+# Those that run a local copy ctrain pulls into its cache for a remote image.
+CACHED_RUNTIMES = (*SIF_RUNTIMES, CHARLIECLOUD, PYXIS)
+PROGRAMS = {CHARLIECLOUD: "ch-run", PYXIS: "srun"}  # a runtime's program not named after it
 HOST = "host"  # no container: the current environment
 RUNTIMES = (*CONTAINER_RUNTIMES, PYXIS, HOST)
-RUNTIME_PROGRAMS = {PYXIS: "srun"}  # the program of a runtime not named after it
 RUNTIME_CHOICES = (AUTO, *RUNTIMES)
+
+
+def program_of(runtime: str) -> str:
+    """The program ``runtime`` is started by (looked up on PATH)."""
+    return PROGRAMS.get(runtime, runtime)
+
 
 # ---- remote image schemes -------------------------------------------------------------------
 

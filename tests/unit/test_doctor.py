@@ -175,11 +175,28 @@ def test_runtime_docker_daemon_down(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "daemon not reachable" in check.detail
 
 
+def test_runtime_charliecloud(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_ = fake(monkeypatch, {"ch-run": "/usr/bin/ch-run"})
+    runner_.answers["ch-run --version"] = (0, "", "0.31\n")  # on stderr, as ch-run prints it
+    runner_.answers["ch-checkns"] = (0, "ok\n", "")
+    check = doctor.check_runtime({})
+    assert check == Check(
+        "runtime",
+        "PASS",
+        "charliecloud 0.31 (/usr/bin/ch-run): user namespaces work; "
+        "image directories (SquashFS not used)",
+    )
+    assert runner_.calls[0][1]["USER"]  # ch-run --version refuses to run without USER
+    runner_.answers["ch-checkns"] = (1, "", "ch-checkns: unshare(2) failed: EPERM\n")
+    check = doctor.check_runtime({})
+    assert check.status == "WARN" and "user namespaces unavailable" in check.detail
+
+
 def test_runtime_none(monkeypatch: pytest.MonkeyPatch) -> None:
     fake(monkeypatch, {})
     check = doctor.check_runtime({})
     assert check.status == "WARN"
-    assert check.detail == "none of apptainer, singularity, docker, podman"
+    assert check.detail == "none of apptainer, singularity, charliecloud, docker, podman"
     assert "host" in check.fix
 
 

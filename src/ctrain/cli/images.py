@@ -76,8 +76,9 @@ def _cache_options(func: F) -> F:
 @setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
 @setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
-    """Pull REF (default: the `image` setting) as a SIF file, or into docker/podman's store
-    (with --runtime pyxis: `enroot import` into a squashfs file in the cache).
+    """Pull REF (default: the `image` setting) as a SIF file, into docker/podman's store, as a
+    Charliecloud image directory (docker-daemon:// or docker://, converted by ch-convert), or
+    with --runtime pyxis by `enroot import` into a squashfs file in the cache.
 
     The file appears whole or not at all: it is downloaded (`--disable-cache`: stored once) to
     a temporary name next to the target, checked (SIF header, then `apptainer inspect`) and
@@ -135,7 +136,8 @@ def resolve(image: str | None, **flags: str | None) -> None:
 
     On apptainer and singularity a remote IMAGE (docker://...) is pulled as `ctrain pull` does
     (locked and recorded: an image pulled before, on a login node for instance, is reused
-    without the network) and its local SIF file is printed. A local file, and any image on
+    without the network) and its local SIF file is printed; on charliecloud, its image
+    directory. A local file, and any image on
     docker, podman or host (they pull on each node themselves, or run none), is printed as given.
     On pyxis a docker:// IMAGE is imported once with `enroot import` (as `ctrain pull --runtime
     pyxis` does) and its squashfs file printed; enroot's REGISTRY#REPO:TAG form and a squashfs

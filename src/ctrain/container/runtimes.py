@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrain.container.apptainer import Apptainer
+from ctrain.container.charliecloud import Charliecloud
 from ctrain.container.docker import Docker
 from ctrain.container.host import Host
 from ctrain.container.podman import Podman
@@ -34,11 +35,12 @@ from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.names import (
     AUTO,
+    CHARLIECLOUD,
     CONTAINER_RUNTIMES,
     HOST,
     PYXIS,
-    RUNTIME_PROGRAMS,
     SIF_RUNTIMES,
+    program_of,
 )
 
 
@@ -61,6 +63,7 @@ RUNTIMES: dict[str, Runtime] = {
     **{name: Apptainer(name) for name in SIF_RUNTIMES},
     "docker": Docker(),
     "podman": Podman(),
+    CHARLIECLOUD: Charliecloud(),
     PYXIS: Pyxis(),
     HOST: Host(),
 }
@@ -72,11 +75,10 @@ def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[
         return RUNTIMES[HOST], ""
     names = CONTAINER_RUNTIMES if requested == AUTO else (requested,)
     for name in names:
-        program = which(RUNTIME_PROGRAMS.get(name, name))
+        program = which(program_of(name))
         if program:
             return RUNTIMES[name], program
-    wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else requested
-    wanted = RUNTIME_PROGRAMS.get(wanted, wanted)
+    wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else program_of(requested)
     raise ExternalToolError(
         f"no container runtime found on PATH (looked for {wanted})",
         "load the site's apptainer module, or use the current environment: --runtime host",

@@ -2,8 +2,9 @@
 what has not changed for a while.
 
 The cache directory (``cachedir.resolve_cache_dir``) holds Apptainer's own cache and ``tmp/``,
-ctrain's pulled SIF files in ``images/`` (each with its ``.json`` sidecar) and the sidecars of
-docker/podman pulls in ``docker/``.
+ctrain's pulled SIF files in ``images/`` (each with its ``.json`` sidecar), the sidecars of
+docker/podman pulls in ``docker/``, and Charliecloud image directories in ``charliecloud/``
+(each one entry: removed whole, by its own age, never file by file).
 
 Cleaning goes by modification time. An image and its sidecar go together, by the image's age;
 ``*.lock`` files stay (removing a lock someone holds would let a second holder in); an image
@@ -30,6 +31,7 @@ from typing import Any
 from ctrain.errors import ConfigError
 from ctrain.images import sif
 from ctrain.images.cachedir import CacheChoice, in_use_lock
+from ctrain.images.charliecloud import CH_DIR
 from ctrain.util import locks
 from ctrain.util.fs import human
 
@@ -195,9 +197,12 @@ def _files(root: Path) -> Iterator[Path]:
         dirs.sort()
         for name in sorted(files):
             yield Path(directory) / name
+        whole = Path(directory) == root / CH_DIR  # each image directory is one entry
         for name in dirs:  # symlinks to directories are removed as links, never followed
-            if (Path(directory) / name).is_symlink():
+            if whole or (Path(directory) / name).is_symlink():
                 yield Path(directory) / name
+        if whole:
+            dirs.clear()
 
 
 def _pull_target(path: Path) -> Path:
@@ -244,7 +249,7 @@ def plan_clean(root: Path, cutoff: float) -> CleanPlan:
             plan.skipped.append((path, BUSY))
             continue
         group = [path]
-        size = info.st_blocks * 512
+        size = disk_usage(path)
         sidecar = sif.sidecar_of(path)
         if sidecar in present:
             group.append(sidecar)
@@ -265,7 +270,10 @@ def apply_clean(root: Path, plan: CleanPlan) -> list[str]:
     for removal in plan.removals:
         for path in removal.paths:
             try:
-                path.unlink()
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
             except FileNotFoundError:
                 pass
             except OSError as exc:

@@ -58,6 +58,7 @@ from ctrain.images.sif import (
     target_state,
 )
 from ctrain.names import (
+    CHARLIECLOUD,
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
     ENGINE_SCHEME,
@@ -206,6 +207,10 @@ def plan_pull(
         from ctrain.images.enroot import plan_import
 
         return plan_import(ref, output, cache_root, force)
+    if runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.plan_pull(ref, program, output, cache_root, force)
     if runtime not in CONTAINER_RUNTIMES:
         raise ConfigError(
             f"the {runtime} runtime has no images to pull",
@@ -264,6 +269,10 @@ def pull(
         from ctrain.images.enroot import import_image
 
         return import_image(plan, cache, environ, min_free_gb, say, tmpdir=tmpdir)
+    if plan.runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.pull(plan, cache, environ, min_free_gb, say, tmpdir=tmpdir)
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

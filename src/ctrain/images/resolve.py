@@ -1,5 +1,6 @@
 """The image a container gets: a remote reference on apptainer or singularity becomes one local
-SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename).
+SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename); on
+charliecloud, one image directory (``images.charliecloud``), the same way.
 
 Apptainer asks the registry for a ``docker://`` manifest before it looks at its own cache, so a
 remote reference handed to every rank needs the network on every compute node, and on a cold
@@ -36,18 +37,17 @@ from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
 from ctrain.images.sif import decide as sif_decide
 from ctrain.images.sif import read_sidecar, target_state
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import PYXIS, SIF_RUNTIMES, is_remote
+from ctrain.names import CACHED_RUNTIMES, CHARLIECLOUD, PYXIS, is_remote
 from ctrain.settings import Resolved
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
-PULLING_RUNTIMES = (*SIF_RUNTIMES, PYXIS)  # run a file ctrain pulled for a remote image
 
 
 def decide(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
     """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
     (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
     ``refuse`` (not pulled, and several ranks would each pull it at once)."""
-    if runtime not in PULLING_RUNTIMES or not remote:
+    if runtime not in CACHED_RUNTIMES or not remote:
         return "as given"
     if recorded:
         return "pulled"
@@ -75,6 +75,10 @@ class ImageChoice:
             return {}
         if self.pull.runtime == PYXIS:
             return cachedir.enroot_env(self.cache, self.tmpdir)
+        if self.pull.runtime == CHARLIECLOUD and self.pull.target is not None:
+            from ctrain.images import charliecloud
+
+            return charliecloud.storage_env(self.pull.target)
         return sif_pull_env(self.cache, self.tmpdir)
 
 
@@ -83,6 +87,10 @@ def recorded(plan: PullPlan) -> bool:
     the record is written after the file's atomic rename and removed before a new one)."""
     if plan.target is None:
         return False
+    if plan.runtime == CHARLIECLOUD:
+        from ctrain.images import charliecloud
+
+        return charliecloud.recorded(plan)
     state = (enroot_import.target_state if plan.runtime == PYXIS else target_state)(plan.target)
     action, _ = sif_decide(read_sidecar(plan.record), plan.ref, state, plan.owned, False)
     return action == "reuse"

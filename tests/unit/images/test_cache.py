@@ -343,3 +343,21 @@ def test_cli_bad_input(root: Path, args: list[str], extra: dict[str, str], words
 def test_help(command: list[str]) -> None:
     done = run_ctrain(*command, "--help", env=os.environ)
     assert done.returncode == 0 and done.stdout.startswith("Usage: ctrain " + " ".join(command))
+
+
+def test_a_charliecloud_image_directory_is_one_entry(tmp_path: Path) -> None:
+    r = tmp_path / "cache"
+    images = r / "charliecloud"
+    put(images / "new" / "usr" / "bin" / "python", age_days=400)  # old files, a new pull
+    put(images / "new.json", sidecar_text("docker-daemon://a/new:1").encode(), age_days=1)
+    put(images / "old" / "usr" / "bin" / "python", age_days=400)
+    put(images / "old.json", sidecar_text("docker-daemon://a/old:1").encode(), age_days=1)
+    for name, age in (("new", 1), ("old", 40)):
+        when = NOW - age * DAY
+        os.utime(images / name, (when, when))
+    plan = cache.plan_clean(r, NOW - 30 * DAY)
+    assert removed_names(plan, r) == [["charliecloud/old", "charliecloud/old.json"]]
+    assert plan.removals[0].size >= 5000
+    assert cache.apply_clean(r, plan) == []
+    assert sorted(p.name for p in images.iterdir()) == ["new", "new.json"]
+    assert (images / "new" / "usr" / "bin" / "python").is_file()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.images import resolve
-from ctrain.names import PYXIS, RUNTIMES, SIF_RUNTIMES
+from ctrain.names import RUNTIMES
 from tests import fake_apptainer
 from tests.helpers import run_ctrain, sandbox
 
@@ -30,7 +30,7 @@ IMAGE_VERBS = ("pull", "inspect", "exec")
 )
 def test_decision_table(runtime: str, remote: bool, recorded: bool, ranks: int) -> None:
     got = resolve.decide(runtime, remote, recorded, ranks)
-    if runtime not in (*SIF_RUNTIMES, PYXIS) or not remote:
+    if runtime not in ("apptainer", "singularity", "charliecloud", "pyxis") or not remote:
         assert got == "as given"  # a local file; engines pull themselves; host runs no image
     elif recorded:
         assert got == "pulled"  # whatever the ranks: the file is there, no network

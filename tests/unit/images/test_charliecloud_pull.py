@@ -1,0 +1,143 @@
+"""``ctrain pull --runtime charliecloud``: references, argv, and the pull's rename, record and
+reuse against stand-in ``docker`` and ``ch-convert`` shell scripts (the export a file, the
+conversion a directory). The real ones are tests/integration/test_charliecloud.py's."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.images import charliecloud, pull, resolve
+from ctrain.images.cachedir import CacheChoice
+from ctrain.images.sif import read_sidecar
+from tests.helpers import SYSTEM_PATH
+
+# Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each
+# call.
+FAKE_CONVERT = """#!/bin/sh
+for last; do :; done
+echo "$*" >> "$LOG"
+[ -n "$FAIL" ] && { echo "ch-convert: it broke" >&2; exit 1; }
+mkdir -p "$last/bin" "$last/ch" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
+touch -d 2001-01-01 "$last"  # as tar leaves the image's own times
+"""
+# create prints a container id, export writes the tarball, inspect prints the image's ENV.
+FAKE_DOCKER = """#!/bin/sh
+echo "docker $*" >> "$LOG.docker"
+case "$1" in
+  create) echo c0ffee ;;
+  export) echo tar > "$3" ;;
+  image) echo '["PATH=/opt/venv/bin:/usr/bin","LANG=C.UTF-8"]' ;;
+esac
+"""
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("ch-convert", FAKE_CONVERT), ("ch-run", ""), ("docker", FAKE_DOCKER)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir / "ch-run"
+
+
+def run_pull(
+    tools: Path, tmp: Path, ref: str = "docker-daemon://img:1", force: bool = False, **env: str
+) -> pull.PullResult:
+    cache = tmp / "cache"
+    plan = pull.plan_pull(ref, "charliecloud", str(tools), None, cache, force, Path.is_dir)
+    path = f"{tools.parent}:{SYSTEM_PATH}"
+    environ = {**os.environ, "LOG": str(tmp / "calls"), "PATH": path, **env}
+    choice = CacheChoice(cache, "test", False)
+    return pull.pull(plan, choice, environ, 0, lambda line: None, tmpdir=tmp)
+
+
+def test_pull_converts_once_then_reuses(tools: Path, tmp_path: Path) -> None:
+    first = run_pull(tools, tmp_path)
+    target = tmp_path / "cache" / "charliecloud" / "docker-daemon_img_1"
+    assert first.downloaded and first.where == str(target)
+    assert (target / "made").read_text().strip() == "1"
+    record = read_sidecar(target.with_name(target.name + ".json"))
+    assert record is not None and record.ref == "docker-daemon://img:1"
+    assert record.target == str(target) and record.runtime == "charliecloud"
+    (call,) = (tmp_path / "calls").read_text().splitlines()
+    *_, tar, out = call.split()
+    assert call.startswith(f"--no-clobber --tmp {tmp_path} -i tar -o dir {tmp_path}/.")
+    assert Path(out).parent == target.parent  # converted beside the target
+    assert (
+        target / "ch" / "environment"
+    ).read_text() == "PATH=/opt/venv/bin:/usr/bin\nLANG=C.UTF-8\n"
+    docker = (tmp_path / "calls.docker").read_text().splitlines()
+    assert docker == [
+        "docker create --read-only img:1 /bin/true",
+        f"docker export -o {tar} c0ffee",
+        "docker rm c0ffee",
+        "docker image inspect --format {{json .Config.Env}} img:1",
+    ]
+    assert not Path(tar).exists()  # the tarball goes once unpacked
+    assert target.stat().st_mtime > time.time() - 3600  # cache clean goes by the pull's time
+    again = run_pull(tools, tmp_path)
+    assert not again.downloaded and again.reason == "up to date"
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        target.name,
+        target.name + ".json",
+        target.name + ".lock",
+    ]
+
+
+def test_force_replaces_and_a_failure_leaves_the_previous_image(
+    tools: Path, tmp_path: Path
+) -> None:
+    run_pull(tools, tmp_path)
+    target = Path(run_pull(tools, tmp_path, force=True).where)
+    assert (target / "made").read_text().strip() == "2"
+    with pytest.raises(ExternalToolError, match="ch-convert: it broke") as caught:
+        run_pull(tools, tmp_path, force=True, FAIL="1")
+    assert "previous image is untouched" in caught.value.fix
+    assert (target / "made").read_text().strip() == "2"
+    assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no temporary
+
+
+def test_resolve_finds_the_recorded_directory(tools: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    plan = pull.plan_pull(
+        "docker-daemon:img:1", "charliecloud", str(tools), None, cache, False, Path.is_dir
+    )
+    assert plan.ref == "docker-daemon://img:1"  # both forms name one image
+    assert not resolve.recorded(plan)
+    run_pull(tools, tmp_path)
+    assert resolve.recorded(plan)
+
+
+@pytest.mark.parametrize("ref", ["oras://x/y:1", "img:1", "docker-daemon://", "https://x/y"])
+def test_unsupported_references(ref: str) -> None:
+    with pytest.raises(ConfigError, match="charliecloud cannot pull") as caught:
+        charliecloud.source_of(ref)
+    assert "docker-daemon://NAME:TAG" in caught.value.fix
+
+
+def test_output_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="-o/--output"):
+        charliecloud.plan_pull("docker://r/i:1", "/usr/bin/ch-run", "x", tmp_path, False)
+
+
+def test_registry_pull_goes_through_ch_image_storage(tmp_path: Path) -> None:
+    ref = "docker://registry.example/team/img:1"
+    assert charliecloud.fetch_argv("/opt/ch/bin/ch-run", ref) == [
+        "/opt/ch/bin/ch-image",
+        "pull",
+        "registry.example/team/img:1",
+    ]
+    assert charliecloud.fetch_argv("/opt/ch/bin/ch-run", "docker-daemon://img:1") is None
+    argv = charliecloud.convert_argv("/opt/ch/bin/ch-run", "ch-image", "r/i:1", tmp_path, tmp_path)
+    assert argv[0] == "/opt/ch/bin/ch-convert" and argv[5:9] == ["ch-image", "-o", "dir", "r/i:1"]
+    target = tmp_path / "charliecloud" / "x"
+    assert charliecloud.storage_env(target) == {
+        "CH_IMAGE_STORAGE": str(tmp_path / "charliecloud" / "storage")
+    }
