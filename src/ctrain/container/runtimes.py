@@ -78,7 +78,7 @@ def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[
         program = which(program_of(name))
         if program:
             return RUNTIMES[name], program
-    wanted = ", ".join(CONTAINER_RUNTIMES) if requested == AUTO else program_of(requested)
+    wanted = ", ".join(program_of(name) for name in names)
     raise ExternalToolError(
         f"no container runtime found on PATH (looked for {wanted})",
         "load the site's apptainer module, or use the current environment: --runtime host",

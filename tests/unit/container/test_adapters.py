@@ -135,7 +135,12 @@ def test_refusals_word_for_word(case: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("requested", "looked_for"),
-    [("auto", "apptainer, singularity, docker, podman"), ("podman", "podman")],
+    [
+        ("auto", "apptainer, singularity, ch-run, docker, podman"),
+        ("podman", "podman"),
+        ("charliecloud", "ch-run"),
+        ("pyxis", "srun"),
+    ],
 )
 def test_no_runtime_names_what_was_looked_for(requested: str, looked_for: str) -> None:
     with pytest.raises(CtrainError) as caught:
