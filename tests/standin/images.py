@@ -27,16 +27,19 @@ KINDS = {"docker": "oci-tmp", "oras": "oras", "library": "library", "shub": "shu
 @contextlib.contextmanager
 def build_temp(who: Identity, environ: dict[str, str], given: list[str]) -> Iterator[Path]:
     parent = given[-1] if given else who.setting(environ, "TMPDIR") or environ.get("TMPDIR")
-    work = Path(tempfile.mkdtemp(prefix="build-temp-", dir=parent or "/tmp"))
 
     def stop(number: int, _frame: object) -> None:
         raise Interrupted(f"interrupted by signal {number}")
 
+    # Handlers first: a signal as soon as build-temp-* exists must still remove it.
     previous = [signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)]
+    work: Path | None = None
     try:
+        work = Path(tempfile.mkdtemp(prefix="build-temp-", dir=parent or "/tmp"))
         yield work
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
         for number, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
             signal.signal(number, handler)
 
