@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import sys
@@ -31,15 +32,14 @@ def build_temp(who: Identity, environ: dict[str, str], given: list[str]) -> Iter
     def stop(number: int, _frame: object) -> None:
         raise Interrupted(f"interrupted by signal {number}")
 
-    # Handlers first: a signal as soon as build-temp-* exists must still remove it.
+    # Handlers and the name first: a signal as soon as build-temp-* exists must still remove it.
     previous = [signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)]
-    work: Path | None = None
+    work = Path(parent or "/tmp", f"build-temp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
-        work = Path(tempfile.mkdtemp(prefix="build-temp-", dir=parent or "/tmp"))
+        work.mkdir(mode=0o700)
         yield work
     finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
         for number, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
             signal.signal(number, handler)
 
