@@ -364,6 +364,7 @@ def test_toml_values_by_type(dirs: tuple[Path, dict[str, str]]) -> None:
             "must be one of auto, nccl, ring",
         ),
         ('# x\n\n  quiet   = "no"\n', 3, "quiet", "must be true or false"),
+        ("[mode]\nx = 1\n", 1, "mode", "must be a string or an integer"),
     ],
 )
 def test_bad_value_in_a_config_file(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,8 @@ def test_descriptors_beyond_the_end_are_truncation_too() -> None:
 def test_a_version_that_is_not_text_is_shown_replaced() -> None:
     said = "SIF version '\ufffd1', not 01 (the only one Apptainer reads)"
     assert problem(image(b"\xff1\0")) == said
+    said = "SIF version '0X', not 01 (the only one Apptainer reads)"
+    assert problem(image(b"0X\0")) == said
 
 
 def test_check_sif_says_why_a_file_cannot_be_read(tmp_path: Path) -> None:
@@ -243,7 +247,18 @@ def test_a_sidecar_with_nulls_and_a_size() -> None:
     )
 
 
-def test_a_new_sidecar_is_stamped_now_by_this_ctrain() -> None:
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time 5 h 30 min ahead of UTC, for this test only."""
+    monkeypatch.setenv("TZ", "IST-5:30")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
+def test_a_new_sidecar_is_stamped_now_in_utc_by_this_ctrain() -> None:
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     record = sif.new_sidecar("r", "apptainer", "sha256:1", size=9, image_id="i", target="/t")
     after = datetime.datetime.now(datetime.timezone.utc)

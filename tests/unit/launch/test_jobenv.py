@@ -507,3 +507,27 @@ def test_gpu_items(value: str, visible: tuple[str, ...]) -> None:
     assert GpuEnv.from_environ({"GPU_DEVICE_ORDINAL": value}) == GpuEnv(
         visible, "GPU_DEVICE_ORDINAL"
     )
+
+
+@pytest.mark.parametrize(
+    ("environ", "message", "fix"),
+    [
+        (
+            {"SLURM_STEP_TASKS_PER_NODE": "2(x0)", "SLURM_TASKS_PER_NODE": "2"},
+            "SLURM_STEP_TASKS_PER_NODE='2(x0)' is not a valid Slurm tasks-per-node value: "
+            "term '2(x0)' repeats zero times.",
+            "check the value Slurm set; it should look like 2(x3),1",
+        ),
+        (
+            {"SLURM_JOB_NODELIST": "n[2-1]", "SLURM_NODELIST": "n1"},
+            "SLURM_JOB_NODELIST='n[2-1]' is not a valid Slurm hostlist: range '2-1' is descending.",
+            "check the value Slurm set; it should look like node[01-04],gpu1",
+        ),
+    ],
+)
+def test_a_malformed_list_names_the_variable_it_came_from(
+    environ: dict[str, str], message: str, fix: str
+) -> None:
+    with pytest.raises(EnvironmentParseError) as caught:
+        SlurmEnv.from_environ(environ)
+    assert (caught.value.message, caught.value.fix) == (message, fix)
