@@ -365,6 +365,14 @@ def test_toml_values_by_type(dirs: tuple[Path, dict[str, str]]) -> None:
         ),
         ('# x\n\n  quiet   = "no"\n', 3, "quiet", "must be true or false"),
         ("[mode]\nx = 1\n", 1, "mode", "must be a string or an integer"),
+        ('# x\n"quiet" = 1\n', 2, "quiet", "must be true or false"),
+        ("# x\n\n 'nv'= 0\n", 3, "nv", "must be true or false"),
+        (
+            '"collective_timeout" = 5\n"collective" = 1\n',
+            2,
+            "collective",
+            "must be one of auto, nccl, ring",
+        ),
     ],
 )
 def test_bad_value_in_a_config_file(
