@@ -160,7 +160,7 @@ def config_files(environ: Mapping[str, str], cwd: str | os.PathLike[str]) -> lis
 
 def _line_of(text: str, key: str) -> int:
     for number, line in enumerate(text.splitlines(), start=1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", line):
+        if re.match(rf"\s*([\"']?){re.escape(key)}\1\s*=", line):  # key, "key" or 'key'
             return number
     return 1
 

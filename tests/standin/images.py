@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import sys
@@ -27,13 +28,15 @@ KINDS = {"docker": "oci-tmp", "oras": "oras", "library": "library", "shub": "shu
 @contextlib.contextmanager
 def build_temp(who: Identity, environ: dict[str, str], given: list[str]) -> Iterator[Path]:
     parent = given[-1] if given else who.setting(environ, "TMPDIR") or environ.get("TMPDIR")
-    work = Path(tempfile.mkdtemp(prefix="build-temp-", dir=parent or "/tmp"))
 
     def stop(number: int, _frame: object) -> None:
         raise Interrupted(f"interrupted by signal {number}")
 
+    # Handlers and the name first: a signal as soon as build-temp-* exists must still remove it.
     previous = [signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)]
+    work = Path(parent or "/tmp", f"build-temp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
+        work.mkdir(mode=0o700)
         yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -10,7 +10,14 @@ from click.testing import CliRunner
 
 from ctrain.cli import main
 from ctrain.errors import ConfigError
-from ctrain.settings import BENCH_SETTINGS, CORE_SETTINGS, SETTINGS, parse_flag, resolve
+from ctrain.settings import (
+    BENCH_SETTINGS,
+    CORE_SETTINGS,
+    SETTINGS,
+    config_files,
+    parse_flag,
+    resolve,
+)
 
 
 @pytest.fixture
@@ -169,3 +176,257 @@ def test_malformed_config_is_one_line_on_stderr(
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ctrain: error: ")
     assert "ctrain.toml:1" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Each parser, every spelling; the lists of choices are written here, not read from names.py.
+
+KNOWN = (
+    "mode, collective, collective_timeout, port_base, runtime, image, cache_dir, "
+    "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, dry_run, min_free_gb, "
+    "build_tmpdir, keep_proxies, quiet, keras, data_dir, bench_workers, bench_model, "
+    "bench_batch, bench_image_size, bench_steps, bench_iters, bench_warmup, bench_threads, "
+    "bench_launcher, bench_launcher_args, bench_script, bench_timeout, bench_out"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", True),
+        ("true", True),
+        ("True", True),
+        ("YES", True),
+        (" on ", True),
+        ("0", False),
+        ("false", False),
+        ("FALSE", False),
+        ("no", False),
+        ("Off", False),
+        ("", False),
+        ("  ", False),
+    ],
+)
+def test_flag_spellings(text: str, value: bool) -> None:
+    assert parse_flag("quiet", text) is value
+    assert resolve({}, {"CTRAIN_QUIET": text}, "/nonexistent")["quiet"] == (
+        value,
+        "env CTRAIN_QUIET",
+    )
+
+
+@pytest.mark.parametrize("text", ["2", "y", "n", "enable", "truee", "-1"])
+def test_flag_refuses_other_words(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, {"CTRAIN_NV": text}, "/nonexistent")
+    assert caught.value.message == f"CTRAIN_NV={text!r}: must be true or false"
+    assert caught.value.fix == "correct or unset CTRAIN_NV"
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("600", 600), (" 7 ", 7), ("007", 7)])
+def test_positive_int(text: str, value: int) -> None:
+    assert parse_flag("collective_timeout", text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "00", "-1", "+5", "1.5", "abc", "", " ", "1e3"])
+def test_positive_int_refused(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_flag("port_base", text)
+    assert caught.value.message == f"--port-base {text!r}: must be a positive integer"
+    assert caught.value.fix == "correct the flag"
+
+
+@pytest.mark.parametrize(
+    ("name", "good", "bad", "message"),
+    [
+        (
+            "mode",
+            "horovod",
+            "Horovod",
+            "must be one of auto, single, mirrored, multiworker, horovod",
+        ),
+        (
+            "runtime",
+            "podman",
+            "runc",
+            "must be one of auto, apptainer, singularity, docker, podman, host",
+        ),
+        ("keras", "3", "4", "must be one of auto, 2, 3"),
+    ],
+)
+def test_choice(name: str, good: str, bad: str, message: str) -> None:
+    assert parse_flag(name, good) == good
+    assert parse_flag(name, "auto") == "auto"
+    with pytest.raises(ConfigError) as caught:
+        parse_flag(name, bad)
+    assert caught.value.message == f"--{name} {bad!r}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("/a", ("/a",)),
+        ("/a:/b:ro, /c ,", ("/a:/b:ro", "/c")),
+        (" , ,", ()),
+        ("", ()),
+    ],
+)
+def test_words(text: str, value: tuple[str, ...]) -> None:
+    assert parse_flag("binds", text) == value
+
+
+def test_text_is_kept_as_written() -> None:
+    assert parse_flag("image", " docker://x ") == " docker://x "
+    assert parse_flag("image", None) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Where config files are, and which one wins
+
+
+@pytest.mark.parametrize(
+    ("environ", "user"),
+    [
+        ({"XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "/x/ctrain/config.toml"),
+        ({"XDG_CONFIG_HOME": "", "HOME": "/h"}, "/h/.config/ctrain/config.toml"),
+        ({"HOME": "/h"}, "/h/.config/ctrain/config.toml"),
+        ({}, "~/.config/ctrain/config.toml"),
+    ],
+)
+def test_config_files(environ: dict[str, str], user: str) -> None:
+    assert config_files(environ, "/work") == ["/work/ctrain.toml", user]
+
+
+def test_project_file_wins_per_setting_and_user_file_fills_in(
+    dirs: tuple[Path, dict[str, str]],
+) -> None:
+    cwd, environ = dirs
+    (cwd / "ctrain.toml").write_text('mode = "mirrored"\n')
+    user = write_user(environ, 'mode = "single"\nquiet = true\n')
+    resolved = resolve({}, environ, cwd)
+    assert resolved["mode"] == ("mirrored", f"file {cwd / 'ctrain.toml'}:1")
+    assert resolved["quiet"] == (True, f"file {user}:2")
+
+
+def test_an_empty_flag_list_is_not_given_but_false_is(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    environ.update(CTRAIN_BINDS="/env", CTRAIN_QUIET="1", CTRAIN_MODE="single")
+    resolved = resolve({"binds": (), "quiet": False, "mode": None}, environ, cwd)
+    assert resolved["binds"] == (("/env",), "env CTRAIN_BINDS")
+    assert resolved["quiet"] == (False, "flag")
+    assert resolved["mode"] == ("single", "env CTRAIN_MODE")
+    assert resolve({"binds": ("/f",)}, environ, cwd)["binds"] == (("/f",), "flag")
+
+
+def test_an_empty_env_value_is_a_value(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    (cwd / "ctrain.toml").write_text("dry_run = true\n")
+    environ["CTRAIN_DRY_RUN"] = ""
+    assert resolve({}, environ, cwd)["dry_run"] == (False, "env CTRAIN_DRY_RUN")
+
+
+# ---------------------------------------------------------------------------------------------
+# Values from TOML, and what a bad file says (file, line, message and fix in full)
+
+
+def test_toml_values_by_type(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    (cwd / "ctrain.toml").write_text(
+        'binds = ["/a:/b:ro", "/c"]\nimage = 5\nport_base = "21000"\nbench_steps = 9\n'
+        'nv = false\nlaunch = true\nkeras = "3"\n'
+    )
+    values = {name: r.value for name, r in resolve({}, environ, cwd).items()}
+    assert values["binds"] == ("/a:/b:ro", "/c")
+    assert values["image"] == "5"
+    assert values["port_base"] == 21000
+    assert values["bench_steps"] == 9
+    assert values["nv"] is False
+    assert values["launch"] is True
+    assert values["keras"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "problem"),
+    [
+        ("quiet = 1\n", 1, "quiet", "must be true or false"),
+        ('launch = "true"\n', 1, "launch", "must be true or false"),
+        ("binds = [1]\n", 1, "binds", "must be a list of strings"),
+        ('binds = "/a"\n', 1, "binds", "must be a list of strings"),
+        ("port_base = true\n", 1, "port_base", "must be a string or an integer"),
+        ("image = 1.5\n", 1, "image", "must be a string or an integer"),
+        ('mode = ["single"]\n', 1, "mode", "must be a string or an integer"),
+        ("port_base = 0\n", 1, "port_base", "must be a positive integer"),
+        ("keras = 4\n", 1, "keras", "must be one of auto, 2, 3"),
+        (
+            'collective_timeout = 5\ncollective = "x"\n',
+            2,
+            "collective",
+            "must be one of auto, nccl, ring",
+        ),
+        ('# x\n\n  quiet   = "no"\n', 3, "quiet", "must be true or false"),
+        ("[mode]\nx = 1\n", 1, "mode", "must be a string or an integer"),
+        ('# x\n"quiet" = 1\n', 2, "quiet", "must be true or false"),
+        ("# x\n\n 'nv'= 0\n", 3, "nv", "must be true or false"),
+        (
+            '"collective_timeout" = 5\n"collective" = 1\n',
+            2,
+            "collective",
+            "must be one of auto, nccl, ring",
+        ),
+    ],
+)
+def test_bad_value_in_a_config_file(
+    dirs: tuple[Path, dict[str, str]], text: str, line: int, key: str, problem: str
+) -> None:
+    cwd, environ = dirs
+    path = cwd / "ctrain.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, environ, cwd)
+    assert caught.value.message == f"{path}:{line}: {key} {problem}"
+    assert caught.value.fix == f"correct {key} in {path}"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message", "fix"),
+    [
+        ("\n\nbogus = 1\n", 3, "unknown setting 'bogus'", f"use one of: {KNOWN}"),
+        (
+            'mode = "auto"\nquiet = \n',
+            2,
+            "malformed TOML (Invalid value (at line 2, column 9))",
+            "write settings as key = value",
+        ),
+        (
+            'mode = "auto"\nquiet = [\n',
+            1,
+            "malformed TOML (Invalid value (at end of document))",
+            "write settings as key = value",
+        ),
+    ],
+)
+def test_bad_config_file(
+    dirs: tuple[Path, dict[str, str]], text: str, line: int, message: str, fix: str
+) -> None:
+    cwd, environ = dirs
+    path = cwd / "ctrain.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, environ, cwd)
+    assert caught.value.message == f"{path}:{line}: {message}"
+    assert caught.value.fix == fix
+
+
+def test_an_unreadable_config_file(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    path = cwd / "ctrain.toml"
+    path.write_bytes(b'mode = "\xff"\n')
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, environ, cwd)
+    assert caught.value.message.startswith(f"cannot read {path}: 'utf-8' codec can't decode")
+    assert caught.value.fix == "fix or remove the file"
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, environ, cwd)
+    assert caught.value.message == f"cannot read {path}: [Errno 21] Is a directory: '{path}'"

@@ -4,10 +4,17 @@ the end of the file. Headers are packed here from the layout, not taken from the
 
 from __future__ import annotations
 
+import datetime
+import json
+import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import ctrain
+from ctrain.errors import ConfigError
 from ctrain.images import sif
 
 # The eight int64 fields of the header, in order (sylabs/sif).
@@ -101,3 +108,166 @@ def test_check_sif_on_disk(tmp_path: Path) -> None:
     assert sif.check_sif(good) is None
     assert "truncated" in str(sif.check_sif(bad))
     assert "cannot read" in str(sif.check_sif(tmp_path / "missing"))
+
+
+def test_a_header_only_image_is_whole() -> None:
+    """128 bytes: no descriptors (total 0, none free), no data, both right after the header."""
+    data = image(free=0, total=0, desc_off=128, desc_len=0, data_off=128, data_len=0)[:128]
+    assert problem(data) is None
+
+
+@pytest.mark.parametrize("field", ["created", "modified", "free"])
+def test_zero_in_any_other_field_is_fine(field: str) -> None:
+    assert problem(image(**{field: 0})) is None
+
+
+def test_descriptors_beyond_the_end_are_truncation_too() -> None:
+    """Data first, descriptors after it: the end is whichever region ends last."""
+    data = image(data_off=128, data_len=10)[:20000]
+    said = f"truncated: its header describes {4096 + TOTAL * 585} bytes, the file has 20000"
+    assert problem(data) == said
+
+
+def test_a_version_that_is_not_text_is_shown_replaced() -> None:
+    said = "SIF version '\ufffd1', not 01 (the only one Apptainer reads)"
+    assert problem(image(b"\xff1\0")) == said
+    said = "SIF version '0X', not 01 (the only one Apptainer reads)"
+    assert problem(image(b"0X\0")) == said
+
+
+def test_check_sif_says_why_a_file_cannot_be_read(tmp_path: Path) -> None:
+    assert sif.check_sif(tmp_path / "missing") == "cannot read it (No such file or directory)"
+    assert sif.check_sif(tmp_path) == "cannot read it (Is a directory)"
+    short = tmp_path / "short.sif"
+    short.write_bytes(image()[:127])
+    assert sif.check_sif(short) == "127 bytes, shorter than a SIF header (128 bytes)"
+
+
+REF = "docker://a/b:1"
+
+
+def sidecar(ref: str = REF, size: int | None = 5096) -> sif.Sidecar:
+    return sif.Sidecar(ref, "apptainer", "2026-01-02T03:04:05Z", "0.1.0", size=size)
+
+
+WHOLE = sif.TargetState(True, 5096, None)
+DAMAGED = sif.TargetState(True, 5096, "truncated: x")
+GROWN = sif.TargetState(True, 7000, None)
+CHANGED = "changed since the pull (7000 bytes, 5096 recorded)"
+
+
+@pytest.mark.parametrize(
+    ("record", "state", "owned", "force", "decision"),
+    [
+        (None, sif.TargetState(False), False, False, ("pull", "not present")),
+        (sidecar(), sif.TargetState(False), True, True, ("pull", "not present")),
+        (None, WHOLE, False, False, ("refuse", "exists and was not pulled by ctrain (no sidecar)")),
+        (None, WHOLE, True, False, ("pull", "no sidecar")),
+        (None, WHOLE, False, True, ("pull", "--force")),
+        (sidecar("docker://a/b:0"), WHOLE, False, False, ("refuse", "holds docker://a/b:0, not docker://a/b:1")),
+        (sidecar("docker://a/b:0"), WHOLE, True, False, ("pull", "holds docker://a/b:0")),
+        (sidecar("docker://a/b:0"), WHOLE, False, True, ("pull", "--force")),
+        (sidecar(), WHOLE, False, True, ("pull", "--force")),
+        (sidecar(), WHOLE, True, True, ("pull", "--force")),
+        (sidecar(), DAMAGED, False, False, ("pull", "damaged (truncated: x)")),
+        (sidecar(), GROWN, True, False, ("pull", CHANGED)),
+        (sidecar(size=None), GROWN, False, False, ("reuse", "up to date")),
+        (sidecar(), WHOLE, False, False, ("reuse", "up to date")),
+        (sidecar(), WHOLE, True, False, ("reuse", "up to date")),
+    ],
+)  # fmt: skip
+def test_reuse_pull_or_refuse(
+    record: sif.Sidecar | None,
+    state: sif.TargetState,
+    owned: bool,
+    force: bool,
+    decision: tuple[str, str],
+) -> None:
+    assert sif.decide(record, REF, state, owned, force) == decision
+
+
+def test_target_state(tmp_path: Path) -> None:
+    whole = tmp_path / "whole.sif"
+    whole.write_bytes(image())
+    cut = tmp_path / "cut.sif"
+    cut.write_bytes(image()[:-1])
+    assert sif.target_state(tmp_path / "missing.sif") == sif.TargetState(False)
+    assert sif.target_state(whole) == sif.TargetState(True, len(image()), None)
+    size = len(image()) - 1
+    said = f"truncated: its header describes {size + 1} bytes, the file has {size}"
+    assert sif.target_state(cut) == sif.TargetState(True, size, said)
+    with pytest.raises(ConfigError) as caught:
+        sif.target_state(tmp_path)
+    assert (caught.value.message, caught.value.fix) == (
+        f"{tmp_path} exists and is not a file",
+        "choose another -o",
+    )
+
+
+def test_sidecar_json_and_back(tmp_path: Path) -> None:
+    record = sif.Sidecar("r", "docker", "t", "v", "sha256:1", 7, "sha256:2", "/x")
+    text = record.to_json()
+    assert text == (
+        '{\n  "ctrain_version": "v",\n  "digest": "sha256:1",\n  "image_id": "sha256:2",\n'
+        '  "pulled_at": "t",\n  "ref": "r",\n  "runtime": "docker",\n  "size": 7,\n'
+        '  "target": "/x"\n}\n'
+    )
+    assert sif.Sidecar.parse(text) == record
+    path = tmp_path / "x.sif.json"
+    path.write_text(text)
+    assert sif.read_sidecar(path) == record
+    path.write_bytes(b"\xff")
+    assert sif.read_sidecar(path) is None
+    assert sif.read_sidecar(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"runtime": None},
+        {"pulled_at": 1},
+        {"ctrain_version": None},
+        {"image_id": 2},
+        {"target": []},
+        {"size": 1.5},
+        {"size": False},
+    ],
+)
+def test_a_sidecar_with_a_wrong_type_is_not_one(changes: dict[str, object]) -> None:
+    data = {"ref": "r", "runtime": "a", "pulled_at": "t", "ctrain_version": "v", **changes}
+    assert sif.Sidecar.parse(json.dumps(data)) is None
+
+
+def test_a_sidecar_with_nulls_and_a_size() -> None:
+    data = {"ref": "r", "runtime": "a", "pulled_at": "t", "ctrain_version": "v"}
+    nulls = {"digest": None, "image_id": None, "target": None, "size": None}
+    assert sif.Sidecar.parse(json.dumps({**data, **nulls})) == sif.Sidecar("r", "a", "t", "v")
+    assert sif.Sidecar.parse(json.dumps({**data, "size": 0})) == sif.Sidecar(
+        "r", "a", "t", "v", size=0
+    )
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time 5 h 30 min ahead of UTC, for this test only."""
+    monkeypatch.setenv("TZ", "IST-5:30")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
+def test_a_new_sidecar_is_stamped_now_in_utc_by_this_ctrain() -> None:
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    record = sif.new_sidecar("r", "apptainer", "sha256:1", size=9, image_id="i", target="/t")
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.pulled_at)
+    stamped = datetime.datetime.strptime(record.pulled_at, "%Y-%m-%dT%H:%M:%S%z")
+    assert before <= stamped <= after
+    assert record == sif.Sidecar(
+        "r", "apptainer", record.pulled_at, ctrain.__version__, "sha256:1", 9, "i", "/t"
+    )
+    assert sif.new_sidecar("r", "docker", None) == sif.Sidecar(
+        "r", "docker", sif.new_sidecar("r", "docker", None).pulled_at, ctrain.__version__
+    )

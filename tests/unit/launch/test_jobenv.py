@@ -368,3 +368,166 @@ def test_objects_are_frozen() -> None:
         env.hostname = "other"  # type: ignore[misc]
     with pytest.raises(AttributeError):
         env.slurm.procid = 0  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------------
+# What each refusal says, message and fix in full (the `ctrain: error: ... Fix: ...` line).
+
+MIXED_FIX = (
+    "run inside one Slurm step (srun) or one MPI launch, and do not copy SLURM_*, OMPI_*, "
+    "PMI_* or HOROVOD_* variables between shells or jobs"
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "name", "message"),
+    [
+        ({"SLURM_PROCID": "x"}, "SLURM_PROCID", "SLURM_PROCID='x' is not a whole number >= 0."),
+        (
+            {"SLURM_NTASKS": " -2 "},
+            "SLURM_NTASKS",
+            "SLURM_NTASKS=' -2 ' is not a whole number >= 0.",
+        ),
+        (
+            {"SLURM_NPROCS": "four"},
+            "SLURM_NPROCS",
+            "SLURM_NPROCS='four' is not a whole number >= 0.",
+        ),
+        (
+            {"PMI_RANK": "0", "PMI_SIZE": "1.0"},
+            "PMI_SIZE",
+            "PMI_SIZE='1.0' is not a whole number >= 0.",
+        ),
+    ],
+)
+def test_a_non_number_refused_in_full(environ: dict[str, str], name: str, message: str) -> None:
+    with pytest.raises(EnvironmentParseError) as caught:
+        JobEnv.from_environ(environ, "h")
+    assert caught.value.message == message
+    assert caught.value.fix == f"check the value your launcher set; {name} should look like 0 or 4"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "2"},
+            "SLURM_PROCID=2 must be below SLURM_STEP_NUM_TASKS=2.",
+        ),
+        (
+            {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "3"},
+            "SLURM_PROCID=3 must be below SLURM_STEP_NUM_TASKS=2.",
+        ),
+        (
+            {"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "4"},
+            "OMPI_COMM_WORLD_RANK=4 must be below OMPI_COMM_WORLD_SIZE=4.",
+        ),
+        (
+            {"HOROVOD_RANK": "0", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "1"},
+            "HOROVOD_LOCAL_RANK=1 must be below HOROVOD_LOCAL_SIZE=1.",
+        ),
+        (
+            {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "3"},
+            "HOROVOD_LOCAL_SIZE=3 must be at most HOROVOD_SIZE=2.",
+        ),
+        (
+            {"PMI_RANK": "3", "PMI_SIZE": "3"},
+            "PMI_RANK=3 must be below PMI_SIZE=3.",
+        ),
+        (
+            {"SLURM_STEP_NODELIST": "n[1-3]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
+            "SLURM_STEP_TASKS_PER_NODE='2(x2)' gives 2 node(s) but "
+            "SLURM_STEP_NODELIST='n[1-3]' lists 3.",
+        ),
+        (
+            {"SLURM_NODELIST": " n1 ", "SLURM_TASKS_PER_NODE": " 1,1 "},
+            "SLURM_TASKS_PER_NODE='1,1' gives 2 node(s) but SLURM_NODELIST='n1' lists 1.",
+        ),
+        (
+            {**SRUN_TWO_NODES, "SLURM_STEP_NUM_TASKS": "5", "SLURM_PROCID": "0"},
+            "SLURM_STEP_TASKS_PER_NODE='2(x2)' adds up to 4 task(s) but SLURM_STEP_NUM_TASKS=5.",
+        ),
+        (
+            {**SRUN_TWO_NODES, "SLURM_STEP_NUM_TASKS": "3", "SLURM_PROCID": "0"},
+            "SLURM_STEP_TASKS_PER_NODE='2(x2)' adds up to 4 task(s) but SLURM_STEP_NUM_TASKS=3.",
+        ),
+    ],
+)
+def test_a_contradiction_refused_in_full(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(EnvironmentParseError) as caught:
+        JobEnv.from_environ(environ, "h")
+    assert (caught.value.message, caught.value.fix) == (message, MIXED_FIX)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"},
+        {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"},
+        {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "2"},
+        {"HOROVOD_RANK": "0", "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "1"},
+        {**SRUN_TWO_NODES, "SLURM_STEP_NUM_TASKS": "4"},
+        {"SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "3", "SLURM_STEP_NODELIST": "n1"},
+    ],
+)
+def test_the_limits_themselves_are_accepted(environ: dict[str, str]) -> None:
+    JobEnv.from_environ(environ, "h")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0,x", "SLURM_JOB_GPUS='0,x' lists 'x', which is not a GPU index or GPU-/MIG- UUID."),
+        (" 1 ,", "SLURM_JOB_GPUS=' 1 ,' lists '', which is not a GPU index or GPU-/MIG- UUID."),
+        ("1,01", "SLURM_JOB_GPUS='1,01' lists GPU '01' twice."),
+        ("MIG-ab/1/0,mig-AB/1/0", "SLURM_JOB_GPUS='MIG-ab/1/0,mig-AB/1/0' lists 'mig-AB/1/0', "
+         "which is not a GPU index or GPU-/MIG- UUID."),
+        ("MIG-ab/1/0,MIG-AB/1/0", "SLURM_JOB_GPUS='MIG-ab/1/0,MIG-AB/1/0' lists GPU 'MIG-AB/1/0' "
+         "twice."),
+    ],
+)  # fmt: skip
+def test_a_bad_gpu_list_refused_in_full(value: str, message: str) -> None:
+    with pytest.raises(EnvironmentParseError) as caught:
+        GpuEnv.from_environ({"SLURM_JOB_GPUS": value})
+    assert caught.value.message == message
+    assert caught.value.fix == "set SLURM_JOB_GPUS to a list such as 0,1 or GPU-<uuid>, or unset it"
+
+
+@pytest.mark.parametrize(
+    ("value", "visible"),
+    [
+        ("3", ("3",)),
+        ("10,2", ("10", "2")),
+        ("GPU-AB12,0", ("GPU-AB12", "0")),
+        ("MIG-GPU-ab/3/0,MIG-ab", ("MIG-GPU-ab/3/0", "MIG-ab")),
+        ("MIG-1-2/0/1", ("MIG-1-2/0/1",)),
+    ],
+)
+def test_gpu_items(value: str, visible: tuple[str, ...]) -> None:
+    assert GpuEnv.from_environ({"GPU_DEVICE_ORDINAL": value}) == GpuEnv(
+        visible, "GPU_DEVICE_ORDINAL"
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "message", "fix"),
+    [
+        (
+            {"SLURM_STEP_TASKS_PER_NODE": "2(x0)", "SLURM_TASKS_PER_NODE": "2"},
+            "SLURM_STEP_TASKS_PER_NODE='2(x0)' is not a valid Slurm tasks-per-node value: "
+            "term '2(x0)' repeats zero times.",
+            "check the value Slurm set; it should look like 2(x3),1",
+        ),
+        (
+            {"SLURM_JOB_NODELIST": "n[2-1]", "SLURM_NODELIST": "n1"},
+            "SLURM_JOB_NODELIST='n[2-1]' is not a valid Slurm hostlist: range '2-1' is descending.",
+            "check the value Slurm set; it should look like node[01-04],gpu1",
+        ),
+    ],
+)
+def test_a_malformed_list_names_the_variable_it_came_from(
+    environ: dict[str, str], message: str, fix: str
+) -> None:
+    with pytest.raises(EnvironmentParseError) as caught:
+        SlurmEnv.from_environ(environ)
+    assert (caught.value.message, caught.value.fix) == (message, fix)
