@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -28,16 +29,32 @@ def describe_holder(what: str, environ: Mapping[str, str]) -> str:
 
 
 def read_holder(fd: int) -> str:
+    """The lock file's first line: its holder, or "" when none was written yet."""
     with contextlib.suppress(OSError):
-        return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        return text.split("\n", 1)[0].strip()
     return ""
 
 
+def wait_for_holder(fd: int, tries: int = 50, pause: float = 0.02) -> str:
+    """The holder of a lock just found taken: a new holder writes its line right after taking
+    the lock, so an empty file is read again for up to ``tries * pause`` seconds."""
+    for _ in range(tries):
+        holder = read_holder(fd)
+        if holder:
+            return holder
+        time.sleep(pause)
+    return "another process"
+
+
 def write_holder(fd: int, holder: str) -> None:
-    """Record the holder in the lock file (silently skipped on a read-only lock file)."""
+    """Record the holder in the lock file (silently skipped on a read-only lock file): the
+    line is written over the old one, then the file cut to it, so a reader never finds it
+    empty between holders."""
+    line = (holder + "\n").encode()
     with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (holder + "\n").encode(), 0)
+        os.pwrite(fd, line, 0)
+        os.ftruncate(fd, len(line))
 
 
 def open_lock(path: Path) -> int:
@@ -70,7 +87,7 @@ def hold_lock(path: Path, holder: str, on_wait: Callable[[str], None]) -> Iterat
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            on_wait(read_holder(fd) or "another process")
+            on_wait(wait_for_holder(fd))
             fcntl.flock(fd, fcntl.LOCK_EX)
         write_holder(fd, holder)
         yield
