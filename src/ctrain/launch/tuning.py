@@ -46,7 +46,7 @@ def rank_threads(
         return cpus_per_task, f"SLURM_CPUS_PER_TASK={cpus_per_task}"
     if cpus is None:
         return None
-    bind = environ.get("SLURM_CPU_BIND_TYPE", "").strip().rstrip(",")
+    bind = environ.get("SLURM_CPU_BIND_TYPE", "").replace(",", " ").strip()
     if bind not in NOT_BOUND:
         return cpus.mask, f"Slurm bound this task to {cpus.mask} CPU(s) ({bind})"
     ranks = max(1, local_size)
@@ -80,7 +80,7 @@ def defaults(
         return {}
     threads, source = found
     chosen = _thread_defaults(threads, source)
-    mine = environ.get(INTRAOP, "").strip()
+    mine = str(environ.get(INTRAOP)).strip()
     running = int(mine) if mine.isdigit() and int(mine) > 0 else threads
     if mode is Mode.HOROVOD and cpus is not None and local_size * running >= cpus.node:
         chosen[MPI_YIELD] = (
