@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
 
 import pytest
+from click.testing import CliRunner
 
+from ctrain.cli import main
+from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.tuning import Cpus, Tuned, defaults, rank_threads, to_set, tune
@@ -190,3 +195,42 @@ def test_tune_off_in_the_plan() -> None:
     )  # fmt: skip
     assert plan.tuned == () and plan.explain()["tuning"] == []
     assert not {*THREADS, YIELD} & set(plan.env_set)
+
+
+def test_explain_prints_each_tuned_variable_with_its_reason() -> None:
+    environ = {**HOROVOD2, "OMP_NUM_THREADS": "3"}
+    plan = make_plan(
+        JobEnv.from_environ(environ, "vm"), LaunchOptions(mode="horovod"), environ, (), False,
+        Cpus(2, 2),
+    )  # fmt: skip
+    lines = start.explain(plan, as_json=False).splitlines()
+    assert "  keep  OMP_NUM_THREADS=3  # kept (set by you)" in lines
+    assert (
+        "  tune  TF_NUM_INTRAOP_THREADS=1  # one TensorFlow op thread per CPU of the rank: "
+        + shared(2, 2)
+    ) in lines
+    assert not [line for line in lines if line.startswith("  set   TF_NUM_INTRAOP_THREADS")]
+    assert [line.split()[1] for line in lines if line.startswith(("  tune", "  keep"))] == [
+        f"{t.name}={t.value}" for t in plan.tuned
+    ]
+    assert json.loads(start.explain(plan, as_json=True))["tuning"][1] == {
+        "name": "OMP_NUM_THREADS", "value": "3", "reason": "kept (set by you)", "kept": True,
+    }  # fmt: skip
+
+
+def test_this_process_cpus_are_its_mask_and_the_node() -> None:
+    cpus = start.this_cpus()
+    assert cpus.node == os.cpu_count()
+    assert cpus.mask == len(os.sched_getaffinity(0)) <= cpus.node
+
+
+def test_launch_tune_off_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*THREADS, YIELD, "CTRAIN_TUNE", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    on = json.loads(CliRunner().invoke(main, ["launch", "--explain", "--json"]).output)
+    assert [t["name"] for t in on["tuning"]] == sorted(THREADS)
+    off = CliRunner().invoke(main, ["launch", "--tune", "off", "--explain", "--json"])
+    assert json.loads(off.output)["tuning"] == []
+    monkeypatch.setenv("CTRAIN_TUNE", "off")
+    by_env = json.loads(CliRunner().invoke(main, ["launch", "--explain", "--json"]).output)
+    assert by_env["tuning"] == [] and not set(THREADS) & set(by_env["env"]["set"])
