@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if "scaling" in only:
             results["scaling"] = scaling(out, args.steps, args.scaling_reps)
         else:
-            results["scaling"] = scaling(out, args.steps, 1, hows=("ctrain",))
+            results["scaling"] = scaling(out, args.steps, 1, only_ctrain=True)
         if "scaling" in only:
             tables.append(("Data-parallel efficiency", scaling_table(results["scaling"])))
     if "input" in only:

@@ -1,20 +1,24 @@
 """Data-parallel scaling: 2 workers against 1, both modes, through ctrain and launched by hand.
 
-Every configuration runs the same benchmark command (`python -m ctrain.bench.synthetic`,
-MobileNetV2 64x64, batch 32 per worker, one thread per worker) at 1 and then 2 workers:
+Every run is the same benchmark command (`python -m ctrain.bench.synthetic`, MobileNetV2 64x64,
+batch 32 per worker); per repetition and mode:
 
-  ctrain  `ctrain bench --mode M --workers 1,2 --threads 1`, that is
-          `srun -n N [--mpi=pmix] ctrain launch --mode M -- python -m ctrain.bench.synthetic`:
-          ctrain launch's defaults (launch/tuning.py) apply where the run has not set them
-  hand    the same command started the way a user does without ctrain launch: plain
-          `srun -n N python ...` (the script's ctrain.distributed.init() builds TF_CONFIG from
-          Slurm's variables, as a hand-written one would) and `srun --mpi=pmix -n N python ...`
-          for Horovod; none of ctrain launch's defaults
+  ctrain   `ctrain bench --mode M --workers 1,2 --threads 1`, that is `srun -n N [--mpi=pmix]
+           ctrain launch --mode M -- python -m ctrain.bench.synthetic ... --threads 1`: 1 then
+           2 workers, one thread each; ctrain launch's other defaults apply (launch/tuning.py)
+  hand     the same 2-worker command started the way a user does without ctrain launch:
+           plain `srun -n 2 python ...` (the script's ctrain.distributed.init() builds TF_CONFIG
+           from Slurm's variables, as a hand-written one would), `srun --mpi=pmix -n 2 python
+           ...` for Horovod; one thread each, none of ctrain launch's defaults. With 1 worker
+           ctrain launch changes nothing here (no yield for one rank of one thread), so the
+           hand launch's speed-up is over the same repetition's 1-worker run
+  threads  multiworker only, 2 workers, no thread setting anywhere: ctrain launch choosing the
+           threads from the allocation against plain `srun python` with TensorFlow's own pools
 
-The repetitions are interleaved: each one runs the four (mode, how) pairs, the order reversed
-every other repetition, and 1 and 2 workers back to back in each, so load on the machine moves
-both counts of a pair. Per repetition the speed-up is 2 workers over 1 of the same pair, and
-ctrain over hand is the ratio of their 2-worker rates; the table gives medians and ranges.
+The runs are interleaved: each repetition goes through the configurations in turn, the order
+reversed every other repetition, so load on the machine moves all of them alike. Per
+repetition the speed-up is 2 workers over 1, and ctrain over hand the ratio of their 2-worker
+rates; the table gives medians and ranges.
 """
 
 from __future__ import annotations
@@ -23,17 +27,26 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from common import BENCH_MODEL, CTRAIN, PYTHON, REPO, clean_env, median, run, say
 
-from ctrain.bench.core import BenchOptions, benchmark_command
+from ctrain.bench.core import BenchOptions, benchmark_command, launch_argv
 
-MODES = ("multiworker", "horovod")
-HOWS = ("ctrain", "hand")
 WORKERS = (1, 2)
+# (mode, how, threads per worker: "1", or "auto" for none set), and the worker counts run
+CONFIGS: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
+    ("multiworker", "ctrain", "1", WORKERS),
+    ("multiworker", "hand", "1", (2,)),
+    ("multiworker", "ctrain", "auto", (2,)),
+    ("multiworker", "hand", "auto", (2,)),
+    ("horovod", "ctrain", "1", WORKERS),
+    ("horovod", "hand", "1", (2,)),
+)
 NAMES = {"ctrain": "`srun ctrain launch`", "hand": "by hand, `srun python`"}
+THREADS = {"1": "1 (set)", "auto": "not set"}
 
 
 def options(steps: int) -> BenchOptions:
@@ -53,13 +66,18 @@ def ctrain_bench_argv(mode: str, steps: int, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def hand_argv(mode: str, workers: int, steps: int, report: Path) -> list[str]:
+def one_argv(how: str, mode: str, threads: str, steps: int, report: Path) -> list[str]:
+    """One 2-worker run: through ctrain launch, or by hand (plain srun)."""
+    command = benchmark_command(
+        PYTHON, None, replace(options(steps), threads=1 if threads == "1" else 0), str(report)
+    )
+    if how == "ctrain":
+        return launch_argv("srun", mode, 2, CTRAIN, command, ["-t", "10"])
     mpi = ["--mpi=pmix"] if mode == "horovod" else []
-    command = benchmark_command(PYTHON, None, options(steps), str(report))
-    return ["srun", "-n", str(workers), "--kill-on-bad-exit=1", "-t", "10", *mpi, *command]
+    return ["srun", "-n", "2", "--kill-on-bad-exit=1", "-t", "10", *mpi, *command]
 
 
-def run_ctrain(mode: str, steps: int, out: Path) -> tuple[dict[int, float], list[Any]]:
+def run_ctrain_bench(mode: str, steps: int, out: Path) -> tuple[dict[int, float], list[Any]]:
     """Both worker counts through ``ctrain bench``: total images/s by count, and its runs."""
     argv = ctrain_bench_argv(mode, steps, out)
     done = subprocess.run(
@@ -71,41 +89,43 @@ def run_ctrain(mode: str, steps: int, out: Path) -> tuple[dict[int, float], list
     return {int(r["workers"]): float(r["total"]) for r in runs}, runs
 
 
-def run_hand(mode: str, steps: int, work: Path, rep: int) -> dict[int, float]:
-    """Both worker counts launched by hand: total images/s by count."""
-    rates = {}
-    for workers in WORKERS:
-        report = work / f"scaling-hand-{mode}-w{workers}"
-        for stale in report.glob("rank*.json"):
-            stale.unlink()
-        env = clean_env(threads=1, CTRAIN_MODE=mode)  # the API's mode, as a user would export
-        log = work / f"scaling-hand-{mode}-w{workers}-{rep}.log"
-        run(hand_argv(mode, workers, steps, report), env, timeout=900, log=log)
-        rates[workers] = float(json.loads((report / "rank0.json").read_text())["total_mean"])
-    return rates
+def run_one(how: str, mode: str, threads: str, steps: int, work: Path, rep: int) -> float:
+    """Total images/s of one 2-worker run."""
+    name = f"scaling-{how}-{mode}-{threads}"
+    report = work / name
+    for stale in report.glob("rank*.json"):
+        stale.unlink()
+    # one thread set in the environment as a user would (ctrain keeps it), or none at all;
+    # CTRAIN_MODE is the API's mode when no ctrain launch hands it one
+    env = clean_env(threads=1 if threads == "1" else None, CTRAIN_MODE=mode)
+    run(
+        one_argv(how, mode, threads, steps, report),
+        env,
+        timeout=900,
+        log=work / f"{name}-{rep}.log",
+    )
+    return float(json.loads((report / "rank0.json").read_text())["total_mean"])
 
 
-def scaling(out: Path, steps: int, reps: int = 5, hows: Sequence[str] = HOWS) -> dict[str, Any]:
-    """Every (mode, how) pair at 1 and 2 workers, ``reps`` times, interleaved."""
-    pairs = [(mode, how) for mode in MODES for how in hows]
-    rates: dict[str, dict[str, list[float]]] = {
-        f"{m}/{h}": {str(w): [] for w in WORKERS} for m, h in pairs
-    }
+def scaling(out: Path, steps: int, reps: int = 5, only_ctrain: bool = False) -> dict[str, Any]:
+    """Every configuration ``reps`` times, interleaved; ``only_ctrain``: ctrain bench alone."""
+    configs = [c for c in CONFIGS if c[1:3] == ("ctrain", "1")] if only_ctrain else CONFIGS
+    rates = {"/".join(c[:3]): {str(w): list[float]() for w in c[3]} for c in configs}
     failures: dict[str, str] = {}
     modes: dict[str, Any] = {}
     work = out / "work"
     for rep in range(reps):
-        for mode, how in pairs[:: -1 if rep % 2 else 1]:
-            key = f"{mode}/{how}"
+        for mode, how, threads, _ in configs[:: -1 if rep % 2 else 1]:
+            key = f"{mode}/{how}/{threads}"
             if key in failures:
                 continue
-            say(f"scaling {rep + 1}/{reps}: {mode}, {how}, 1 and 2 workers")
+            say(f"scaling {rep + 1}/{reps}: {mode}, {how}, threads {threads}")
             try:
-                if how == "ctrain":
-                    found, runs = run_ctrain(mode, steps, out / f"scaling-{mode}")
+                if (how, threads) == ("ctrain", "1"):
+                    found, runs = run_ctrain_bench(mode, steps, out / f"scaling-{mode}")
                     modes[mode] = {"runs": runs, "dir": str(out / f"scaling-{mode}")}
                 else:
-                    found = run_hand(mode, steps, work, rep)
+                    found = {2: run_one(how, mode, threads, steps, work, rep)}
             except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
                 failures[key] = str(exc)
                 continue
@@ -121,35 +141,37 @@ def spread(values: Sequence[float], digits: int = 2) -> str:
     return f"{median(values):.{digits}f} ({min(values):.{digits}f} - {max(values):.{digits}f})"
 
 
-def speedups(found: dict[str, list[float]]) -> list[float]:
+def speedups(ones: Sequence[float], twos: Sequence[float]) -> list[float]:
     """2 workers over 1 in each repetition."""
-    return [two / one for one, two in zip(found["1"], found["2"], strict=False) if one > 0]
+    return [two / one for one, two in zip(ones, twos, strict=False) if one > 0]
 
 
 def scaling_table(section: dict[str, Any]) -> str:
     rates, failures = section["rates"], section["failures"]
     lines = [
-        "Data-parallel efficiency, 2 workers against 1, one thread each (MobileNetV2 64x64, "
-        f"batch 32 per worker, synthetic data); {section['reps']} interleaved repetitions, "
-        "median (min - max) over them:",
+        "Data-parallel efficiency, 2 workers against 1 (MobileNetV2 64x64, batch 32 per "
+        f"worker, synthetic data); {section['reps']} interleaved repetitions, median (min - max) "
+        "over them; a hand launch's speed-up is over the 1-worker run of its repetition:",
         "",
-        "| mode | how | 1 worker, img/s | 2 workers, img/s | speed-up | scaling efficiency "
-        "| 2 workers, ctrain / hand | n |",
-        "|:--|:--|--:|--:|--:|--:|--:|--:|",
+        "| mode | launched | threads per worker | 1 worker, img/s | 2 workers, img/s | speed-up "
+        "| scaling efficiency | 2 workers, ctrain / hand | n |",
+        "|:--|:--|:--|--:|--:|--:|--:|--:|--:|",
     ]
     for key, found in rates.items():
-        mode, how = key.split("/")
+        mode, how, threads = key.split("/")
+        head = f"| {mode} | {NAMES[how]} | {THREADS[threads]} |"
         if key in failures:
-            lines.append(f"| {mode} | {NAMES[how]} | failed: {failures[key]} | | | | | |")
+            lines.append(f"{head} failed: {failures[key]} | | | | | |")
             continue
-        ups = speedups(found)
+        base = rates.get(f"{mode}/ctrain/1", {}).get("1", []) if threads == "1" else []
+        ups = speedups(base, found["2"])
         efficiency = f"{median([u / 2 for u in ups]):.0%}" if ups else "-"
         versus = ""
-        if how == "hand" and f"{mode}/ctrain" in rates:
-            mine = rates[f"{mode}/ctrain"]["2"]
+        if how == "hand" and f"{mode}/ctrain/{threads}" in rates:
+            mine = rates[f"{mode}/ctrain/{threads}"]["2"]
             versus = spread([c / h for c, h in zip(mine, found["2"], strict=False) if h > 0])
         lines.append(
-            f"| {mode} | {NAMES[how]} | {spread(found['1'], 1)} | {spread(found['2'], 1)} | "
-            f"{spread(ups)} | {efficiency} | {versus} | {len(ups)} |"
+            f"{head} {spread(found.get('1', []), 1)} | {spread(found['2'], 1)} | "
+            f"{spread(ups)} | {efficiency} | {versus} | {len(found['2'])} |"
         )
     return "\n".join(lines)

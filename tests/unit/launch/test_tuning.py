@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +16,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.tuning import Cpus, Tuned, defaults, rank_threads, to_set, tune
 from ctrain.names import Mode
+from ctrain.settings import resolve
 
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 YIELD = "OMPI_MCA_mpi_yield_when_idle"
@@ -234,3 +236,10 @@ def test_launch_tune_off_on_the_command_line(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("CTRAIN_TUNE", "off")
     by_env = json.loads(CliRunner().invoke(main, ["launch", "--explain", "--json"]).output)
     assert by_env["tuning"] == [] and not set(THREADS) & set(by_env["env"]["set"])
+
+
+def test_the_tune_setting_reaches_the_launch_options(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path)}
+    off = resolve({}, {**home, "CTRAIN_TUNE": "off"}, tmp_path)
+    assert LaunchOptions.from_settings(off).tune == "off"
+    assert LaunchOptions.from_settings(resolve({}, home, tmp_path)).tune == "auto"
