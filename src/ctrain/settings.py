@@ -111,7 +111,7 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tune",
         AUTO,
-        "thread counts and MPI/Horovod/gRPC polling from the allocation, each only where unset "
+        "thread counts and MPI yielding from the allocation, each only where unset "
         "(docs/performance.md); off: none",
         _choice(*TUNE_CHOICES),
     ),
