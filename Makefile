@@ -74,8 +74,8 @@ demo: system install services  ## fresh machine to a 2-worker training on the em
 	  $(VENV)/bin/ctrain launch -- $(VPY) examples/mnist_cnn.py --out runs/demo
 
 .PHONY: bench
-bench:  ## measure ctrain's overheads, scaling and scripts against its API here (~15 min; needs install, services)
-	$(VPY) benchmarks/run.py --out runs/bench
+bench:  ## measure ctrain's overheads, scaling and scripts against its API here (SECTIONS=scaling,... for some; needs install, services)
+	$(VPY) benchmarks/run.py --out runs/bench $(if $(SECTIONS),--only $(SECTIONS))
 
 # ---- Images (docs/images.md): Dockerfile.gpu and definitions/*.def both run docker/install.sh.
 # FLAVOUR gpu|cpu for wheelhouse, sif and push; REGISTRY host[:port][/namespace] for push; TAG

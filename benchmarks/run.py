@@ -8,7 +8,8 @@ Sections (README.md, section Benchmarks, shows the figures):
            `python -c "import click"` (benchmarks/startup.py)
   launch   time to the first training step: direct, `ctrain launch`, `srun ctrain launch`,
            `docker run` and `ctrain exec` on the docker runtime (when the image is there)
-  scaling  2 workers against 1, one thread each, multiworker and horovod, via `ctrain bench`
+  scaling  2 workers against 1, one thread each, multiworker and horovod, through `ctrain bench`
+           and launched by hand (plain srun), interleaved and repeated (benchmarks/scaling.py)
   input    the examples' real-data tf.data pipeline against synthetic tensors, same model
   memory   peak resident memory per worker against the same script run directly
   scripts  outside-style scripts (Horovod Keras, Keras 3 MultiWorkerMirroredStrategy) against
@@ -34,9 +35,10 @@ from typing import Any
 
 from common import REPO, T0, say
 from overhead import launch_overhead, launch_table, memory, memory_table
+from scaling import scaling, scaling_table
 from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
-from throughput import input_pipeline, input_table, scaling, scaling_table
+from throughput import input_pipeline, input_table
 
 SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts")
 
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="launch and scripts repetitions")
     parser.add_argument("--startup-reps", type=int, default=15)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per scaling run")
+    parser.add_argument("--scaling-reps", type=int, default=5, help="scaling repetitions")
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
@@ -90,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     if "launch" in only:
         results["launch"] = launch_overhead(args.reps, image, work)
         tables.append(("Launch overhead", launch_table(results["launch"])))
-    if "scaling" in only or "memory" in only:
-        results["scaling"] = scaling(out, args.steps)
+    if "scaling" in only or "memory" in only:  # memory reads the ranks of ctrain's runs
+        if "scaling" in only:
+            results["scaling"] = scaling(out, args.steps, args.scaling_reps)
+        else:
+            results["scaling"] = scaling(out, args.steps, 1, only_ctrain=True)
         if "scaling" in only:
             tables.append(("Data-parallel efficiency", scaling_table(results["scaling"])))
     if "input" in only:
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             tables.append(("Input pipeline", f"failed: {exc}"))
     if "memory" in only:
         try:
-            results["memory"] = memory(work, results["scaling"], args.steps)
+            results["memory"] = memory(work, results["scaling"]["modes"], args.steps)
             tables.append(("Memory", memory_table(results["memory"])))
         except (RuntimeError, OSError, KeyError) as exc:
             tables.append(("Memory", f"failed: {exc}"))

@@ -1,62 +1,12 @@
-"""Throughput: data-parallel scaling through `ctrain bench`, and the input pipeline."""
+"""Throughput of the input pipeline against synthetic tensors (scaling is in scaling.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_MODEL, CTRAIN, PYTHON, REPO, TRANSFER, clean_env, ratio, run, say
-
-
-def scaling(out: Path, steps: int) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for mode in ("multiworker", "horovod"):
-        target = out / f"scaling-{mode}"
-        say(f"scaling: ctrain bench --mode {mode} --workers 1,2 --threads 1")
-        argv = [
-            CTRAIN, "bench", "--mode", mode, "--workers", "1,2", *BENCH_MODEL, "--threads", "1",
-            "--warmup", "3", "--steps", str(steps), "--iters", "5", "--timeout", "600",
-            "--out", str(target),
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(
-                argv, env=clean_env(threads=None), cwd=REPO, timeout=1300, stdout=sys.stderr
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"ctrain bench exited {done.returncode}")
-            data = json.loads((target / "bench.json").read_text())
-            found[mode] = {
-                "command": " ".join(["ctrain", *argv[1:]]),
-                "scaling": data["scaling"],
-                "runs": data["runs"],
-                "dir": str(target),
-            }
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-            found[mode] = {"failed": str(exc)}
-    return found
-
-
-def scaling_table(section: dict[str, Any]) -> str:
-    lines = [
-        "Data-parallel efficiency, 2 workers against 1, one thread each (MobileNetV2 64x64, "
-        "batch 32 per worker, synthetic data; `ctrain bench`, both counts in the mode named):",
-        "",
-        "| mode | 1 worker | 2 workers | speed-up | scaling efficiency |",
-        "|:--|--:|--:|--:|--:|",
-    ]
-    for mode, found in section.items():
-        if "failed" in found:
-            lines.append(f"| {mode} | failed: {found['failed']} | | | |")
-            continue
-        one, two = found["scaling"][0], found["scaling"][-1]
-        lines.append(
-            f"| {mode} | {one['total']:.1f} img/s | {two['total']:.1f} img/s | "
-            f"{two['speedup']:.2f}x | {two['efficiency']:.0%} |"
-        )
-    return "\n".join(lines)
+from common import PYTHON, TRANSFER, clean_env, ratio, run, say
 
 
 def input_pipeline(work: Path) -> dict[str, Any]:

@@ -42,6 +42,8 @@ COLLECTIVE_CHOICES = (AUTO, *COLLECTIVES)
 
 KERAS_2, KERAS_3 = "2", "3"  # CTRAIN_KERAS: tf-keras or Keras 3 (auto: launch.plan.legacy_keras)
 KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
+TUNE_OFF = "off"  # ctrain launch sets no thread or polling defaults (launch/tuning.py)
+TUNE_CHOICES = (AUTO, TUNE_OFF)
 
 BENCH_LAUNCHERS = ("srun", "mpirun", "local")  # what starts ctrain bench's workers
 BENCH_LAUNCHER_CHOICES = (AUTO, *BENCH_LAUNCHERS)

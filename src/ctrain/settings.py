@@ -21,6 +21,7 @@ from ctrain.names import (
     MODE_CHOICES,
     PROGRESS_CHOICES,
     RUNTIME_CHOICES,
+    TUNE_CHOICES,
 )
 
 Value = str | int | bool | tuple[str, ...] | None
@@ -114,6 +115,13 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         "Keras the script runs on: 2 (tf-keras, TF_USE_LEGACY_KERAS=1) or 3; "
         "auto: 3 if the script imports keras itself",
         _choice(*KERAS_CHOICES),
+    ),
+    Setting(
+        "tune",
+        AUTO,
+        "thread counts and MPI yielding from the allocation, each only where unset "
+        "(docs/performance.md); off: none",
+        _choice(*TUNE_CHOICES),
     ),
     Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
 )

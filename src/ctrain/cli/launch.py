@@ -8,7 +8,7 @@ import os
 import click
 
 from ctrain.cli._options import setting_option, settings_from
-from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES
+from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES, TUNE_CHOICES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -19,6 +19,7 @@ from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES
 @setting_option("keep_proxies", is_flag=True, flag_value="true")
 @setting_option("quiet", is_flag=True, flag_value="true")
 @setting_option("keras", type=click.Choice(KERAS_CHOICES))
+@setting_option("tune", type=click.Choice(TUNE_CHOICES))
 @click.option("--explain", is_flag=True, help="Print the plan for this rank and run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

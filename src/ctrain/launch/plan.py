@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
+from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, KERAS_2, Launched, Mode
 from ctrain.settings import Resolved
 from ctrain.util.shipped import shipped_dir
@@ -47,6 +48,7 @@ class LaunchOptions(NamedTuple):
     port_base: int = 20000
     keep_proxies: bool = False
     keras: str = AUTO
+    tune: str = AUTO
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Resolved]) -> LaunchOptions:
@@ -57,6 +59,7 @@ class LaunchOptions(NamedTuple):
             port_base=int(str(s["port_base"].value)),
             keep_proxies=bool(s["keep_proxies"].value),
             keras=str(s["keras"].value),
+            tune=str(s["tune"].value),
         )
 
 
@@ -70,6 +73,7 @@ class Plan(NamedTuple):
     tf_config: dict[str, Any] | None
     env_set: dict[str, str]
     env_unset: tuple[str, ...]
+    tuned: tuple[Tuned, ...] = ()  # thread and polling defaults (launch/tuning.py)
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -86,6 +90,7 @@ class Plan(NamedTuple):
             "collective": self.collective,
             "tf_config": self.tf_config,
             "env": {"set": dict(sorted(self.env_set.items())), "unset": list(self.env_unset)},
+            "tuning": [t._asdict() for t in self.tuned],
         }
 
     def banner(self) -> str:
@@ -255,7 +260,7 @@ def _environment(
     collective: str,
     tf_config: dict[str, Any] | None,
     hosts: tuple[str, ...],
-    cpus_per_task: int | None,
+    tuned: tuple[Tuned, ...],
     script_imports_keras: bool,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
@@ -278,8 +283,7 @@ def _environment(
         env["TF_CONFIG"] = json.dumps(tf_config, separators=(",", ":"))
     if mode is Mode.HOROVOD and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in environ:
         env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(options.collective_timeout)
-    if cpus_per_task and "OMP_NUM_THREADS" not in environ:
-        env["OMP_NUM_THREADS"] = str(cpus_per_task)
+    env.update(to_set(tuned))
     cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
     xla = environ.get("XLA_FLAGS", "")
     if cuda_home and "xla_gpu_cuda_data_dir" not in xla:
@@ -298,11 +302,13 @@ def make_plan(
     environ: Mapping[str, str],
     visible_gpus: tuple[str, ...],
     script_imports_keras: bool = False,
+    cpus: Cpus | None = None,
 ) -> Plan:
     """Everything this rank needs before the training command starts.
 
     ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected);
-    ``script_imports_keras``: the training script imports ``keras`` itself (``imports_keras``).
+    ``script_imports_keras``: the training script imports ``keras`` itself (``imports_keras``);
+    ``cpus``: this process's CPU mask and its node's CPUs, for the thread defaults.
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
@@ -337,6 +343,7 @@ def make_plan(
     if collective == AUTO:
         collective = "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
+    tuned = tune(environ, options.tune, mode, place.local_size, slurm.cpus_per_task, cpus)
     env_set, env_unset = _environment(
         environ,
         options,
@@ -346,10 +353,10 @@ def make_plan(
         collective,
         tf_config,
         hosts,
-        slurm.cpus_per_task,
+        tuned,
         script_imports_keras,
     )
-    return Plan(mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset)
+    return Plan(mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset, tuned)
 
 
 def child_environ(environ: Mapping[str, str], plan: Plan) -> dict[str, str]:

@@ -22,6 +22,7 @@ from ctrain.launch.plan import (
     make_plan,
     script_of,
 )
+from ctrain.launch.tuning import Cpus
 from ctrain.names import Mode
 from ctrain.util import proc
 
@@ -61,13 +62,20 @@ def script_imports_keras(command: Sequence[str]) -> bool:
         return False
 
 
+def this_cpus() -> Cpus:
+    """This process's CPU mask and its node's CPUs."""
+    node = os.cpu_count() or 1
+    getaffinity = getattr(os, "sched_getaffinity", None)  # Linux only
+    return Cpus(len(getaffinity(0)) if getaffinity else node, node)
+
+
 def prepare(
     options: LaunchOptions, environ: Mapping[str, str], command: Sequence[str] = ()
 ) -> Plan:
     """The plan for this process, from its real environment and the command it will run."""
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
-    plan = make_plan(job, options, environ, gpus, script_imports_keras(command))
+    plan = make_plan(job, options, environ, gpus, script_imports_keras(command), this_cpus())
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
     return plan
@@ -78,9 +86,13 @@ def explain(plan: Plan, as_json: bool) -> str:
         import json
 
         return json.dumps(plan.explain(), indent=2)
+    tuned = {t.name for t in plan.tuned}
     lines = [plan.banner()]
-    lines += [f"  set   {k}={v}" for k, v in sorted(plan.env_set.items())]
+    lines += [f"  set   {k}={v}" for k, v in sorted(plan.env_set.items()) if k not in tuned]
     lines += [f"  unset {k}" for k in plan.env_unset]
+    lines += [
+        f"  {'keep ' if t.kept else 'tune '} {t.name}={t.value}  # {t.reason}" for t in plan.tuned
+    ]
     return "\n".join(lines)
 
 
