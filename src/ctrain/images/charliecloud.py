@@ -2,9 +2,10 @@
 
 Two sources, unpacked by Charliecloud's own ``ch-convert`` (found beside ``ch-run``):
 
-- ``docker-daemon://NAME:TAG`` (a local Docker daemon's image): ``docker export`` of a container
-  created from it into an uncompressed tarball in the temporary space, ``ch-convert -i tar``,
-  then ``ch/environment`` from the image's ``ENV``. This is what ``ch-convert -i docker`` does,
+- ``docker-daemon://NAME:TAG`` (a local Docker daemon's image): the export of a container
+  created from it (through the engine's API, ``images.docker_api``) into an uncompressed
+  tarball in the temporary space, ``ch-convert -i tar``, then ``ch/environment`` from the
+  image's ``ENV``. This is what ``ch-convert -i docker`` does,
   without the gzip of the whole image it makes in between (5 of its 8 minutes for the 2.7 GB
   CPU image on 2 busy cores);
 - ``docker://REPO:TAG`` (a registry): ``ch-image pull`` into ``CACHE/charliecloud/storage``, then
@@ -22,13 +23,12 @@ as they were; the next pull removes its leftovers.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ctrain.container.charliecloud import ENV_FILE
-from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.errors import ConfigError
 from ctrain.images import cachedir
 from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, safe_name
 from ctrain.images.sif import Sidecar, lock_of, new_sidecar, read_sidecar, sidecar_of
@@ -77,22 +77,9 @@ def convert_argv(program: str, fmt: str, source: str, temp: Path, tmpdir: Path) 
     return [tool, "--no-clobber", "--tmp", str(tmpdir), "-i", fmt, "-o", "dir", source, str(temp)]
 
 
-def docker_argvs(docker: str, name: str, cid: str, tar: Path) -> dict[str, list[str]]:
-    """The Docker commands of a ``docker-daemon://`` pull: a container created (never started)
-    from the image, its filesystem exported to ``tar``, the container removed, the image's
-    ``ENV`` as JSON."""
-    return {
-        "create": [docker, "create", "--read-only", name, "/bin/true"],
-        "export": [docker, "export", "-o", str(tar), cid],
-        "rm": [docker, "rm", cid],
-        "env": [docker, "image", "inspect", "--format", "{{json .Config.Env}}", name],
-    }
-
-
-def env_file_text(inspected: str) -> str:
-    """``ch/environment`` from ``docker image inspect``'s JSON list of ``NAME=VALUE``."""
-    found = json.loads(inspected) or []
-    return "".join(f"{item}\n" for item in found if isinstance(item, str))
+def env_file_text(env: Sequence[str]) -> str:
+    """``ch/environment``: the image's ``ENV`` items (``NAME=VALUE``), one a line."""
+    return "".join(f"{item}\n" for item in env)
 
 
 def fetch_argv(program: str, ref: str) -> list[str] | None:
@@ -195,27 +182,14 @@ def _from_docker(
     program: str, name: str, temp: Path, env: Mapping[str, str], tmpdir: Path, fix: str
 ) -> None:
     """The Docker daemon's image ``name`` into the directory ``temp`` (see the module doc)."""
-    docker = proc.which("docker", env)
-    if docker is None:
-        raise ExternalToolError(
-            "docker not found: docker-daemon:// images come from the Docker daemon",
-            "put docker on PATH, or pull from a registry: docker://REPO:TAG",
-        )
+    from ctrain.images import docker_api
+
     tar = tmpdir / f"{temp.name}.tar"  # ch-convert reads an uncompressed *.tar
-    cid = proc.check(
-        docker_argvs(docker, name, "", tar)["create"], env, what="docker create", fix=fix
-    )
-    argvs = docker_argvs(docker, name, cid.strip(), tar)
     try:
-        try:
-            what = f"docker export of {name}"
-            proc.check(argvs["export"], env, CONVERT_TIMEOUT, what=what, fix=fix)
-        finally:
-            proc.run(argvs["rm"], env)
+        image_env = docker_api.export_image(docker_api.connect(env), name, tar, env)
         argv = convert_argv(program, "tar", str(tar), temp, tmpdir)
         proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {name}", fix=fix)
     finally:
         fs.remove(tar)
-    inspected = proc.check(argvs["env"], env, what=f"docker image inspect {name}", fix=fix)
     (temp / ENV_FILE).parent.mkdir(exist_ok=True)
-    (temp / ENV_FILE).write_text(env_file_text(inspected), encoding="utf-8")
+    (temp / ENV_FILE).write_text(env_file_text(image_env), encoding="utf-8")

@@ -1,6 +1,7 @@
 """The Docker engine's API through the Docker SDK for Python (``docker`` on PyPI, the optional
 extra ``ctrain[docker]``): pull, push, inspect and tag, the image work that is a request and
-an answer rather than a process to replace (``ctrain exec`` keeps exec-ing the docker CLI).
+an answer rather than a process to replace (``ctrain exec`` keeps exec-ing the docker CLI),
+and the export of an image's filesystem that a Charliecloud pull unpacks.
 
 This module alone imports the SDK, and only ``ctrain pull``/``push`` import this module:
 ``ctrain --help``, ``launch`` and ``exec`` never load it. The client talks to $DOCKER_HOST
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctrain.errors import ExternalToolError
@@ -123,6 +125,23 @@ def inspect(client: APIClient, ref: str, environ: Mapping[str, str]) -> EngineIm
             return image_from_inspect(client.inspect_image(ref))
         except docker.errors.NotFound:
             return None
+
+
+def export_image(
+    client: APIClient, ref: str, tar: Path, environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """The filesystem of the image ``ref`` written to ``tar`` (uncompressed) through a container
+    created from it, never started, then removed; the image's ``ENV`` (``NAME=VALUE`` items)."""
+    with _answered("export", ref, environ):
+        config = client.inspect_image(ref).get("Config") or {}
+        container = client.create_container(ref, command="/bin/true")["Id"]
+        try:
+            with tar.open("wb") as out:
+                for chunk in client.export(container):
+                    out.write(chunk)
+        finally:
+            client.remove_container(container)
+    return tuple(str(item) for item in config.get("Env") or ())
 
 
 def tag(client: APIClient, source: str, target: str, environ: Mapping[str, str]) -> None:

@@ -1,6 +1,7 @@
 """``ctrain pull --runtime charliecloud``: references, argv, and the pull's rename, record and
-reuse against stand-in ``docker`` and ``ch-convert`` shell scripts (the export a file, the
-conversion a directory). The real ones are tests/integration/test_charliecloud.py's."""
+reuse against a stand-in Docker engine (an object answering the API calls the export makes:
+the export a few bytes) and a stand-in ``ch-convert`` shell script (the conversion a
+directory). The real ones are tests/integration/test_charliecloud.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError, ExternalToolError
-from ctrain.images import charliecloud, pull, resolve
+from ctrain.images import charliecloud, docker_api, pull, resolve
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
 from tests.helpers import SYSTEM_PATH
@@ -25,22 +26,45 @@ echo "$*" >> "$LOG"
 mkdir -p "$last/bin" "$last/ch" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
 touch -d 2001-01-01 "$last"  # as tar leaves the image's own times
 """
-# create prints a container id, export writes the tarball, inspect prints the image's ENV.
-FAKE_DOCKER = """#!/bin/sh
-echo "docker $*" >> "$LOG.docker"
-case "$1" in
-  create) echo c0ffee ;;
-  export) echo tar > "$3" ;;
-  image) echo '["PATH=/opt/venv/bin:/usr/bin","LANG=C.UTF-8"]' ;;
-esac
-"""
+
+
+class FakeEngine:
+    """The Docker API calls of an export, recorded; the image's ENV written here."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def inspect_image(self, ref: str) -> dict[str, object]:
+        self.calls.append(("inspect_image", ref))
+        return {
+            "Id": "sha256:1",
+            "Config": {"Env": ["PATH=/opt/venv/bin:/usr/bin", "LANG=C.UTF-8"]},
+        }
+
+    def create_container(self, ref: str, command: str) -> dict[str, str]:
+        self.calls.append(("create_container", ref, command))
+        return {"Id": "c0ffee"}
+
+    def export(self, container: str) -> list[bytes]:
+        self.calls.append(("export", container))
+        return [b"ta", b"r\n"]
+
+    def remove_container(self, container: str) -> None:
+        self.calls.append(("remove_container", container))
 
 
 @pytest.fixture
-def tools(tmp_path: Path) -> Path:
+def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    fake = FakeEngine()
+    monkeypatch.setattr(docker_api, "connect", lambda environ: fake)
+    return fake
+
+
+@pytest.fixture
+def tools(tmp_path: Path, engine: FakeEngine) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("ch-convert", FAKE_CONVERT), ("ch-run", ""), ("docker", FAKE_DOCKER)):
+    for name, text in (("ch-convert", FAKE_CONVERT), ("ch-run", "")):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     return bin_dir / "ch-run"
@@ -57,7 +81,7 @@ def run_pull(
     return pull.pull(plan, choice, environ, 0, lambda line: None, tmpdir=tmp)
 
 
-def test_pull_converts_once_then_reuses(tools: Path, tmp_path: Path) -> None:
+def test_pull_converts_once_then_reuses(tools: Path, engine: FakeEngine, tmp_path: Path) -> None:
     first = run_pull(tools, tmp_path)
     target = tmp_path / "cache" / "charliecloud" / "docker-daemon_img_1"
     assert first.downloaded and first.where == str(target)
@@ -72,12 +96,11 @@ def test_pull_converts_once_then_reuses(tools: Path, tmp_path: Path) -> None:
     assert (
         target / "ch" / "environment"
     ).read_text() == "PATH=/opt/venv/bin:/usr/bin\nLANG=C.UTF-8\n"
-    docker = (tmp_path / "calls.docker").read_text().splitlines()
-    assert docker == [
-        "docker create --read-only img:1 /bin/true",
-        f"docker export -o {tar} c0ffee",
-        "docker rm c0ffee",
-        "docker image inspect --format {{json .Config.Env}} img:1",
+    assert engine.calls == [
+        ("inspect_image", "img:1"),
+        ("create_container", "img:1", "/bin/true"),
+        ("export", "c0ffee"),
+        ("remove_container", "c0ffee"),
     ]
     assert not Path(tar).exists()  # the tarball goes once unpacked
     assert target.stat().st_mtime > time.time() - 3600  # cache clean goes by the pull's time
