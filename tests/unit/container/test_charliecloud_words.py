@@ -84,7 +84,7 @@ def test_a_read_only_bind_is_refused(image: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("dst", ["/work", "/etc/hosts"])
+@pytest.mark.parametrize("dst", ["/work", "/etc/hosts", "/X11"])
 def test_a_destination_the_image_has_no_directory_for_is_refused(image: Path, dst: str) -> None:
     assert refusal(spec(image, binds=(Bind("/data", dst),))) == (
         f"bind destination {dst} is not a directory in the image {image} (ch-run mounts the "
