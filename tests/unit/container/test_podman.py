@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ctrain.container.docker import Docker
-from ctrain.container.podman import Podman, parse_info, subid_count, subid_fix
+from ctrain.container.podman import Podman, PodmanInfo, parse_info, subid_count, subid_fix
 from ctrain.container.spec import RunSpec
 from ctrain.errors import SpecError
 
@@ -156,3 +156,67 @@ def test_subid_fix_names_the_user_and_both_files() -> None:
     fix = subid_fix("dave")
     assert "--add-subuids 100000-165535 --add-subgids 100000-165535 dave" in fix
     assert "podman system migrate" in fix
+
+
+def test_root_with_another_group_is_rootful_and_no_user_gets_no_user_namespace() -> None:
+    rootful = flags(Podman().argv(spec(user=(0, 1001)), "podman"))
+    assert rootful[rootful.index("--user") :] == [
+        "--user",
+        "0:1001",
+        "--security-opt",
+        "label=disable",
+        "--workdir",
+        "/",
+    ]
+    nobody = flags(Podman().argv(spec(), "podman"))
+    assert "--user" not in nobody and "--userns" not in nobody
+    assert nobody[nobody.index("--security-opt") : nobody.index("--workdir")] == [
+        "--security-opt",
+        "label=disable",
+    ]
+
+
+def test_parse_info_reads_every_field() -> None:
+    assert parse_info(json.dumps(ROOTLESS_INFO)) == PodmanInfo(
+        version="4.3.1",
+        rootless=True,
+        cgroup_manager="cgroupfs",
+        cgroup_version="v1",
+        storage_driver="vfs",
+        oci_runtime="runc",
+    )
+    systemd = {
+        "host": {
+            "cgroupManager": "systemd",
+            "cgroupVersion": "v2",
+            "ociRuntime": {"name": "crun", "path": "/usr/bin/crun"},
+            "security": {"rootless": False},
+        },
+        "store": {"graphDriverName": "overlay"},
+        "version": {"Version": "5.4.2"},
+    }
+    assert parse_info(json.dumps(systemd)).describe() == (
+        "podman 5.4.2 rootful, cgroup manager systemd (cgroups v2), storage overlay, "
+        "OCI runtime crun"
+    )
+
+
+@pytest.mark.parametrize("oci", [{}, {"ociRuntime": None}, {"ociRuntime": {}}])
+def test_parse_info_says_unknown_for_what_podman_leaves_out(oci: dict[str, object]) -> None:
+    sparse = {
+        "host": {"security": {"rootless": True}, **oci},
+        "store": {},
+        "version": {"Version": 5},
+    }
+    assert parse_info(json.dumps(sparse)).describe() == (
+        "podman 5 rootless, cgroup manager unknown (cgroups unknown), storage unknown, "
+        "OCI runtime unknown"
+    )
+
+
+def test_subid_fix_in_full() -> None:
+    assert subid_fix("dave") == (
+        "as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 dave "
+        "(a range no other user has, in /etc/subuid and /etc/subgid), then, as dave: "
+        "podman system migrate"
+    )
