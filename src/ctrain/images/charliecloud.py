@@ -30,10 +30,10 @@ from pathlib import Path
 from ctrain.container.charliecloud import ENV_FILE
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir
-from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, safe_name
+from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, pull_lock, safe_name
 from ctrain.images.sif import Sidecar, lock_of, new_sidecar, read_sidecar, sidecar_of
 from ctrain.names import CHARLIECLOUD, split_reference
-from ctrain.util import fs, locks, proc
+from ctrain.util import fs, proc
 
 CH_DIR = "charliecloud"  # image directories in the cache
 STORAGE = "storage"  # ch-image's storage directory, under CH_DIR
@@ -121,12 +121,7 @@ def pull(
     target = plan.target
     assert target is not None
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    holder = locks.describe_holder("ctrain pull", environ)
-
-    def waiting(who: str) -> None:
-        say(f"waiting for another pull of {target} ({who})")
-
-    with locks.hold_lock(plan.lock, holder, waiting):
+    with pull_lock(plan, str(target), environ, say):
         temp_space = tmpdir or cachedir.node_local_tmp(environ)
         prefix = fs.temp_prefix(target, TEMP_TAG)  # the directory beside it, the tarball there
         for leftover in [

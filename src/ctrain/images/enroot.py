@@ -31,7 +31,7 @@ from ctrain.images.pull import (
     TEMP_TAG,
     PullPlan,
     PullResult,
-    _signals_as_errors,
+    pull_lock,
     safe_name,
 )
 from ctrain.images.sif import (
@@ -46,7 +46,7 @@ from ctrain.images.sif import (
     sidecar_of,
 )
 from ctrain.names import PYXIS, split_reference
-from ctrain.util import fs, locks, proc
+from ctrain.util import fs, proc
 
 ENROOT = "enroot"
 SUFFIX = ".sqsh"
@@ -150,12 +150,7 @@ def import_image(
     finds it up to date); ``tmpdir``: enroot's temporary space (default $TMPDIR, else /tmp)."""
     target = plan.target or cached_file(cache.path, plan.ref)  # plan_import always sets it
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    holder = locks.describe_holder("ctrain pull", environ)
-
-    def waiting(who: str) -> None:
-        say(f"waiting for another pull of {target} ({who})")
-
-    with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
+    with pull_lock(plan, str(target), environ, say):
         for leftover in fs.remove_leftovers(target.parent, fs.temp_prefix(target, TEMP_TAG)):
             say(f"removed {leftover.name}, left by an interrupted pull")
         sidecar, action, reason = decide_import(plan, target)

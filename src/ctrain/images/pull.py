@@ -251,6 +251,21 @@ def plan_pull(
     )
 
 
+@contextlib.contextmanager
+def pull_lock(
+    plan: PullPlan, where: str, environ: Mapping[str, str], say: Callable[[str], None]
+) -> Iterator[None]:
+    """Hold ``plan``'s lock for the pull of ``where`` (another pull of it: say whose, then
+    wait), with SIGTERM/SIGHUP/SIGINT raised as errors so the temporary files go."""
+    holder = locks.describe_holder("ctrain pull", environ)
+
+    def waiting(who: str) -> None:
+        say(f"waiting for another pull of {where} ({who})")
+
+    with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
+        yield
+
+
 def pull(
     plan: PullPlan,
     cache: cachedir.CacheChoice,
@@ -276,13 +291,7 @@ def pull(
     if plan.target is not None:
         _decide_sif(plan, plan.target)  # a refusal writes nothing, not even the lock file
     plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    holder = locks.describe_holder("ctrain pull", environ)
-    where = str(plan.target) if plan.target else plan.ref
-
-    def waiting(who: str) -> None:
-        say(f"waiting for another pull of {where} ({who})")
-
-    with _signals_as_errors(), locks.hold_lock(plan.lock, holder, waiting):
+    with pull_lock(plan, str(plan.target) if plan.target else plan.ref, environ, say):
         if plan.target is None:
             from ctrain.images.engine_pull import pull_engine
 
