@@ -35,7 +35,7 @@ from typing import Any
 
 from common import REPO, T0, say
 from overhead import launch_overhead, launch_table, memory, memory_table
-from scaling import scaling, scaling_table
+from scaling import scaling, scaling_plot, scaling_table
 from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
 from throughput import input_pipeline, input_table
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             results["scaling"] = scaling(out, args.steps, 1, only_ctrain=True)
         if "scaling" in only:
             tables.append(("Data-parallel efficiency", scaling_table(results["scaling"])))
+            scaling_plot(results["scaling"], out / "scaling.png")
     if "input" in only:
         try:
             results["input"] = input_pipeline(work)

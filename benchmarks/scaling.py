@@ -175,3 +175,42 @@ def scaling_table(section: dict[str, Any]) -> str:
             f"{spread(ups)} | {efficiency} | {versus} | {len(found['2'])} |"
         )
     return "\n".join(lines)
+
+
+def scaling_plot(section: dict[str, Any], path: Path) -> bool:
+    """The speed-up at 2 workers of each mode, ctrain and by hand (one thread each): the median
+    as a bar, the repetitions' range as its error bar, linear scaling as a line. False when
+    matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rates = section["rates"]
+    labels, medians, lows, highs = [], [], [], []
+    for key, found in rates.items():
+        mode, how, threads = key.split("/")
+        ups = speedups(rates.get(f"{mode}/ctrain/1", {}).get("1", []), found["2"])
+        if threads != "1" or not ups:
+            continue
+        labels.append(f"{mode}\n{'ctrain launch' if how == 'ctrain' else 'by hand'}")
+        medians.append(median(ups))
+        lows.append(median(ups) - min(ups))
+        highs.append(max(ups) - median(ups))
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.bar(labels, medians, yerr=[lows, highs], capsize=6, color="tab:blue")
+    axes.axhline(2.0, linestyle="--", color="gray", label="linear (2.00x)")
+    for x, value in enumerate(medians):
+        axes.annotate(f"{value:.2f}x", (x, value), textcoords="offset points", xytext=(14, 4))
+    axes.set_ylim(0, 2.2)
+    axes.set_ylabel("speed-up, 2 workers over 1")
+    axes.set_title(
+        f"MobileNetV2 64px, batch 32/worker, 1 thread: median and range of {section['reps']}"
+    )
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
