@@ -3,10 +3,16 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
-HOROVOD_VERSION ?= 0.28.1
-export HOROVOD_VERSION
+# The version matrix (src/ctrain/matrix.toml): TF_VERSION picks a TensorFlow of it (the first, the
+# newest that passes everything, by default) for install, demo, image and wheelhouse.
+MATRIX := $(PYTHON) src/ctrain/matrix.py
+TF_VERSION ?= $(shell $(MATRIX) default)
+export TF_VERSION
+# Every other TensorFlow of the matrix: `make test-matrix` runs the training tests of every launch
+# mode (pytest marker `modes`) on each, from its own venv .venv-tfVERSION.
+OTHER_TF = $(filter-out $(TF_VERSION),$(shell $(MATRIX) versions))
 
-.PHONY: help system install horovod services services-stop test test-unit lint mutation demo clean
+.PHONY: help system install horovod services services-stop test test-suite test-matrix test-unit lint mutation demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -18,12 +24,14 @@ $(VPY):
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 
-install: $(VPY)  ## venv .venv with ctrain, the training extras and Horovod (wheel cached)
-	$(VPY) -m pip install --quiet -e '.[train,dev]'
+install: $(VPY)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's default) and its tf-keras, and Horovod (wheel cached)
+	$(MATRIX) constraints $(TF_VERSION) cpu >$(VENV)/ctrain-constraints.txt
+	$(VPY) -m pip install --quiet -c $(VENV)/ctrain-constraints.txt -e '.[train,dev]'
 	$(VPY) -m pip install --quiet cloudpickle psutil pyyaml packaging
 	wheel=$$(scripts/horovod-wheel.sh $(VPY)) && \
 	  $(VPY) -m pip install --quiet --no-deps --force-reinstall "$$wheel"
-	scripts/check-horovod-build.sh --patches patches/horovod-$(HOROVOD_VERSION) $(VENV)/bin/horovodrun TensorFlow MPI Gloo
+	scripts/check-horovod-build.sh --patches patches/horovod-$$($(MATRIX) get $(TF_VERSION) horovod) \
+	  $(VENV)/bin/horovodrun TensorFlow MPI Gloo
 
 horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)
@@ -37,8 +45,19 @@ services:  ## start munge, slurmctld + slurmd (one node; NODES=N adds N hosts), 
 services-stop:  ## stop what `make services` started (and remove its compute hosts)
 	scripts/services.sh stop
 
-test:  ## all tests: unit and real Slurm, MPI, Docker, TensorFlow, Horovod
+test:  ## all tests on TF_VERSION (unit and real Slurm, MPI, Docker, TensorFlow, Horovod), then test-matrix
+	@rc=0; $(MAKE) --no-print-directory test-suite || rc=$$?; \
+	  $(MAKE) --no-print-directory test-matrix || rc=$$((rc ? rc : $$?)); exit $$rc
+
+test-suite:  ## all tests on TF_VERSION only
 	$(VPY) -m pytest -ra tests
+
+test-matrix:  ## the training tests of every launch mode (marker `modes`) on every other TensorFlow of the matrix
+	@set -e; for tf in $(OTHER_TF); do \
+	  echo "== test-matrix: TensorFlow $$tf in .venv-tf$$tf"; \
+	  $(MAKE) --no-print-directory install VENV=.venv-tf$$tf TF_VERSION=$$tf; \
+	  .venv-tf$$tf/bin/python -m pytest -ra -m modes tests/integration; \
+	done
 
 test-unit:  ## unit tests only (no services needed)
 	$(VPY) -m pytest -ra tests/unit
@@ -131,4 +150,4 @@ push:  ## push the FLAVOUR image to REGISTRY: ctrain push (Docker's API), and ap
 	fi
 
 clean:  ## remove the venv and build leftovers (the Horovod wheel cache stays)
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants
+	rm -rf $(VENV) $(foreach tf,$(OTHER_TF),.venv-tf$(tf)) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache mutants

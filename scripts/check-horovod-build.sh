@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fail unless `horovodrun --check-build` marks every named feature with [X], and, with --patches,
-# unless every patch of DIR is applied to the Horovod installed beside HOROVODRUN (each patch
-# reverses cleanly on its installed files).
+# unless every patch that DIR/series lists for the installed TensorFlow is applied to the Horovod
+# installed beside HOROVODRUN: each patch of Python files reverses cleanly on the installed
+# files; a patch of build files only (CMake, C++) shows in the build having succeeded.
 #   scripts/check-horovod-build.sh [--patches DIR] HOROVODRUN FEATURE...
 #   e.g. scripts/check-horovod-build.sh --patches patches/horovod-0.28.1 .venv/bin/horovodrun TensorFlow MPI Gloo
 set -euo pipefail
@@ -25,18 +26,24 @@ fi
 [ -n "$patches" ] || exit 0
 
 # the directory holding the installed horovod package (found without importing it)
-site=$("$(dirname "$horovodrun")/python" -c \
+python=$(dirname "$horovodrun")/python
+site=$("$python" -c \
     'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("horovod").submodule_search_locations[0]))')
+tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))')
+mapfile -t selected < <(python3 "$(dirname "$0")/../src/ctrain/matrix.py" patches "$patches/series" "$tf_version") || exit 1
 unpatched=()
-count=0
-for patch in "$patches"/*.patch; do
-    [ -e "$patch" ] || continue
-    count=$((count + 1))
-    patch -d "$site" -p1 -R --force --dry-run --quiet <"$patch" >/dev/null 2>&1 \
-        || unpatched+=("$(basename "$patch")")
+checked=0 build_only=0
+for name in "${selected[@]}"; do
+    if ! grep -qE '^\+\+\+ b/.*\.py$' "$patches/$name"; then
+        build_only=$((build_only + 1))
+        continue
+    fi
+    checked=$((checked + 1))
+    patch -d "$site" -p1 -R --force --dry-run --quiet <"$patches/$name" >/dev/null 2>&1 \
+        || unpatched+=("$name")
 done
 if [ "${#unpatched[@]}" -gt 0 ]; then
     echo "check-horovod-build: the Horovod in $site lacks ${unpatched[*]}. Fix: make install (builds the patched wheel, scripts/horovod-wheel.sh)" >&2
     exit 1
 fi
-echo "check-horovod-build: all $count patches of $patches are applied in $site"
+echo "check-horovod-build: the ${#selected[@]} patches of $patches/series for TensorFlow $tf_version: $checked applied in $site, $build_only to build files only"

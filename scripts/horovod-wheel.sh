@@ -1,37 +1,49 @@
 #!/usr/bin/env bash
-# Build Horovod from its sdist with ctrain's patch set (patches/horovod-VERSION/*.patch, see
-# docs/horovod-patches.md) against the TensorFlow installed in a venv, once, and keep the wheel in
-# a cache directory outside the repository keyed by Python, TensorFlow and Horovod versions and a
-# hash of the patch set (a changed patch builds a new wheel). Later installs take seconds.
+# Build Horovod from its sdist with ctrain's patch set (the patches that patches/horovod-VERSION/
+# series lists for the TensorFlow being built against, see docs/horovod-patches.md) against the
+# TensorFlow installed in a venv, once, and keep the wheel in a cache directory outside the
+# repository keyed by Python, TensorFlow and Horovod versions and a hash of the patches applied (a
+# changed patch builds a new wheel). Later installs take seconds. The Horovod version of each
+# TensorFlow is the version matrix's (src/ctrain/matrix.toml).
 #
 #   scripts/horovod-wheel.sh VENV_PYTHON             build or reuse; prints the cached wheel's path
-#   scripts/horovod-wheel.sh --sdist DIR             writes the patched sdist DIR/horovod-VERSION.tar.gz
-#                                                    (what image builds compile); prints its path
+#   scripts/horovod-wheel.sh --sdist DIR TF_VERSION  writes the sdist patched for TF_VERSION as
+#                                                    DIR/horovod-VERSION.tar.gz (what image builds
+#                                                    compile); prints its path
 #   scripts/horovod-wheel.sh --cached PY_TAG TF_VERSION
-#                                                    prints the cached wheel's path (py311, 2.18.1)
+#                                                    prints the cached wheel's path (py311, 2.21.0)
 #                                                    or nothing; never builds
 #   scripts/horovod-wheel.sh --key PY_TAG TF_VERSION prints the cache key
 #
-# Environment: HOROVOD_VERSION (0.28.1), CTRAIN_WHEEL_CACHE (~/.cache/ctrain/wheels),
-# HOROVOD_PATCHES (patches/horovod-VERSION of this checkout). The pristine sdist is downloaded
-# from PyPI once and kept in the cache as sdist/horovod-VERSION.tar.gz.
+# Environment: CTRAIN_WHEEL_CACHE (~/.cache/ctrain/wheels), HOROVOD_PATCHES (patches/horovod-VERSION
+# of this checkout). The pristine sdist is downloaded from PyPI once and kept in the cache as
+# sdist/horovod-VERSION.tar.gz.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-horovod_version=${HOROVOD_VERSION:-0.28.1}
 cache_root=${CTRAIN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheels}
-patches=${HOROVOD_PATCHES:-$root/patches/horovod-$horovod_version}
-sdist_name=horovod-${horovod_version}.tar.gz
 
 die() {
     echo "horovod-wheel: $*" >&2
     exit 1
 }
+matrix() { python3 "$root/src/ctrain/matrix.py" "$@"; }
 
-# The patch set's hash: names and contents of the patches, in the order they are applied.
+# for_tensorflow TF_VERSION: the matrix's Horovod for TF_VERSION, its patch directory and the
+# patches of its series that apply (horovod_version, patches, selected).
+horovod_version='' patches='' sdist_name=''
+selected=()
+for_tensorflow() {
+    horovod_version=$(matrix get "$1" horovod) || exit 1
+    patches=${HOROVOD_PATCHES:-$root/patches/horovod-$horovod_version}
+    sdist_name=horovod-${horovod_version}.tar.gz
+    [ -f "$patches/series" ] || die "no patch series at $patches/series. Fix: HOROVOD_PATCHES=DIR or restore patches/"
+    mapfile -t selected < <(matrix patches "$patches/series" "$1") || exit 1
+}
+
+# The patch set's hash: names and contents of the patches applied, in their order.
 patch_hash() {
-    [ -d "$patches" ] || die "no patch set at $patches. Fix: HOROVOD_PATCHES=DIR or restore patches/"
-    (cd "$patches" && find . -maxdepth 1 -name '*.patch' | LC_ALL=C sort | xargs -r sha256sum) \
+    (cd "$patches" && for name in "${selected[@]}"; do sha256sum "./$name"; done) \
         | sha256sum | cut -c1-12
 }
 
@@ -59,12 +71,12 @@ pristine_sdist() {
 
 # patched_tree PYTHON WORK: unpacks the sdist into WORK, applies the patch set, prints the tree.
 patched_tree() {
-    local python=$1 work=$2 tree patch
+    local python=$1 work=$2 tree name
     tar -xzf "$(pristine_sdist "$python")" -C "$work" --no-same-owner
     tree=$work/horovod-${horovod_version}
-    for patch in $(find "$patches" -maxdepth 1 -name '*.patch' | LC_ALL=C sort); do
-        patch -d "$tree" -p1 --forward --quiet --no-backup-if-mismatch <"$patch" >&2 \
-            || die "$(basename "$patch") does not apply to horovod ${horovod_version}. Fix: update the patch (docs/horovod-patches.md)"
+    for name in "${selected[@]}"; do
+        patch -d "$tree" -p1 --forward --quiet --no-backup-if-mismatch <"$patches/$name" >&2 \
+            || die "$name does not apply to horovod ${horovod_version}. Fix: update the patch (docs/horovod-patches.md)"
     done
     echo "$tree"
 }
@@ -72,15 +84,17 @@ patched_tree() {
 case "${1:-}" in
     --key | --cached)
         [ $# -eq 3 ] || die "usage: horovod-wheel.sh $1 PY_TAG TF_VERSION"
+        for_tensorflow "$3"
         if [ "$1" = --key ]; then key "$2" "$3"; else cached_wheel "$2" "$3"; fi
         exit 0
         ;;
     --sdist)
-        dest=${2:?usage: horovod-wheel.sh --sdist DIR}
+        [ $# -eq 3 ] || die "usage: horovod-wheel.sh --sdist DIR TF_VERSION"
+        dest=$2
+        for_tensorflow "$3"
         mkdir -p "$dest"
         work=$(mktemp -d "$dest/.sdist.XXXXXX")
         trap 'rm -rf "$work"' EXIT
-        patch_hash >/dev/null
         tree=$(patched_tree "${PYTHON:-python3}" "$work")
         # The same top directory and name as the pristine sdist, so pip builds it the same way;
         # the same bytes for the same patch set (fixed order, owners, times; gzip without a
@@ -96,6 +110,7 @@ esac
 python=${1:?usage: horovod-wheel.sh VENV_PYTHON | --sdist DIR | --cached PY_TAG TF_VERSION | --key PY_TAG TF_VERSION}
 tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))')
 py_tag=$("$python" -c 'import sys; print(f"py{sys.version_info[0]}{sys.version_info[1]}")')
+for_tensorflow "$tf_version"
 key=$(key "$py_tag" "$tf_version")
 cache=$cache_root/$key
 
@@ -116,7 +131,7 @@ mkdir -p "$cache_root"
 work=$(mktemp -d "$cache_root/.build-${key}.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-echo "horovod-wheel: building horovod ${horovod_version} with $(find "$patches" -maxdepth 1 -name '*.patch' | wc -l) patches from $patches for tensorflow ${tf_version} (${py_tag}); about 5 minutes on 2 cores" >&2
+echo "horovod-wheel: building horovod ${horovod_version} with ${#selected[@]} patches from $patches for tensorflow ${tf_version} (${py_tag}); about 5 minutes on 2 cores" >&2
 "$python" -m pip install --quiet cloudpickle psutil pyyaml packaging wheel setuptools >&2
 tree=$(patched_tree "$python" "$work")
 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
