@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ctrain import matrix
 from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
@@ -29,17 +30,23 @@ from ctrain.util import fs, proc
 Status = Literal["PASS", "WARN", "FAIL"]
 PROBE_TIMEOUT = 120.0
 TOOL_TIMEOUT = 30.0
-INSTALL_FIX = "`make install`, or run inside the ctrain image"
+INSIDE_IMAGE = "run inside the ctrain image"
+INSTALL_FIX = f"`make install`, or {INSIDE_IMAGE}"
 
-TF_PROBE = """\
+MATRIX = matrix.load()
+# The distributions whose versions the TensorFlow probe reports, to compare with the matrix.
+DISTS = ("tf-keras", "horovod", "keras", *sorted({n for r in MATRIX for n in r.cuda_wheels}))
+TF_PROBE = f"""\
 import importlib.metadata as md, json
 import tensorflow as tf
-try:
-    keras = md.version("tf-keras")
-except md.PackageNotFoundError:
-    keras = None
+dists = {{}}
+for name in {DISTS!r}:
+    try:
+        dists[name] = md.version(name)
+    except md.PackageNotFoundError:
+        pass
 gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-print(json.dumps({"version": tf.__version__, "tf_keras": keras, "gpus": gpus}))
+print(json.dumps({{"version": tf.__version__, "dists": dists, "gpus": gpus}}))
 """
 HOROVOD_PROBE = """\
 import json
@@ -285,14 +292,46 @@ def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any]
         return Check(name, "FAIL", f"probe output not understood: {exc}", INSTALL_FIX)
 
 
+def describe_versions(version: str, dists: Mapping[str, str]) -> str:
+    """TensorFlow's version and those that go with it: tf-keras, Keras, Horovod and, in a GPU
+    install, TensorFlow's CUDA runtime, cuDNN and NCCL wheels."""
+    parts = [version, f"tf_keras {dists.get('tf-keras', 'missing')}"]
+    parts += [f"{name} {dists[name]}" for name in ("keras", "horovod") if name in dists]
+    cuda = (("CUDA", matrix.CUDA_RUNTIME), ("cuDNN", matrix.CUDNN), ("NCCL", matrix.NCCL))
+    parts += [f"{label} {dists[name]}" for label, name in cuda if name in dists]
+    return ", ".join(parts)
+
+
+def off_matrix(version: str, dists: Mapping[str, str]) -> str:
+    """How this install differs from the rows of ctrain's version matrix; "" if it is one."""
+    try:
+        row = matrix.find(MATRIX, version)
+    except matrix.MatrixError:
+        return f"TensorFlow {version} is not in ctrain's version matrix"
+    return ", ".join(matrix.mismatches(row, dists))
+
+
+def matrix_fix(version: str) -> str:
+    """Reinstall a row of the matrix: this TensorFlow's when it has one."""
+    known = matrix.versions(MATRIX)
+    wanted = version if version in known else " or ".join(known)
+    return (
+        f"TF_VERSION={wanted} make install (src/ctrain/matrix.toml), or run inside the ctrain image"
+    )
+
+
 def check_tensorflow(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
     info = _probe("tensorflow", TF_PROBE, environ)
     if isinstance(info, Check):
         return info
     seen = len(info.get("gpus") or [])
-    detail = f"{info['version']}, tf_keras {info.get('tf_keras') or 'missing'}, {seen} GPU(s) seen"
-    if not info.get("tf_keras"):
+    dists = dict(info.get("dists") or {})
+    detail = f"{describe_versions(info['version'], dists)}; {seen} GPU(s) seen"
+    if "tf-keras" not in dists:
         return Check("tensorflow", "WARN", detail, "pip install tf-keras (or " + INSTALL_FIX + ")")
+    problem = off_matrix(info["version"], dists)
+    if problem:
+        return Check("tensorflow", "WARN", f"{detail}; {problem}", matrix_fix(info["version"]))
     if gpus and not seen:
         fix = "use the ctrain GPU image, or a TensorFlow built with CUDA matching the driver"
         return Check("tensorflow", "WARN", f"{detail}, but nvidia-smi lists {len(gpus)}", fix)

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 MATRIX = Path(__file__).with_name("matrix.toml")
 FLAVOURS = ("gpu", "cpu")
@@ -121,6 +125,17 @@ def constraints(row: Row, flavour: str) -> list[str]:
     if flavour == "gpu":
         lines += [f"{name}=={version}" for name, version in sorted(row.cuda_wheels.items())]
     return lines
+
+
+def mismatches(row: Row, installed: Mapping[str, str]) -> list[str]:
+    """The installed distributions (name -> version) whose version is not ``row``'s, as
+    ``"tf-keras 2.18.0 (matrix: 2.21.0)"``; distributions not installed are not compared."""
+    wanted = {"tf-keras": row.tf_keras, "horovod": row.horovod, **row.cuda_wheels}
+    return [
+        f"{name} {installed[name]} (matrix: {version})"
+        for name, version in wanted.items()
+        if name in installed and installed[name] != version
+    ]
 
 
 _SPEC = re.compile(r"^(all|(>=|<)(\d+)\.(\d+))$")

@@ -48,7 +48,7 @@ NVIDIA_SMI_MIG = (
 TF_STDOUT = (
     "2026-11-22 12:15:46.627664: I external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] "
     "Could not find cuda drivers on your machine, GPU will not be used.\n"
-    '{"version": "2.18.1", "tf_keras": "2.18.0", "gpus": []}\n'
+    '{"version": "2.18.1", "dists": {"tf-keras": "2.18.0", "horovod": "0.28.1"}, "gpus": []}\n'
 )
 TF_MISSING = (
     "Traceback (most recent call last):\n"
@@ -92,7 +92,11 @@ def test_parse_mpirun_version() -> None:
 
 
 def test_parse_probe() -> None:
-    assert doctor.parse_probe(TF_STDOUT) == {"version": "2.18.1", "tf_keras": "2.18.0", "gpus": []}
+    assert doctor.parse_probe(TF_STDOUT) == {
+        "version": "2.18.1",
+        "dists": {"tf-keras": "2.18.0", "horovod": "0.28.1"},
+        "gpus": [],
+    }
     with pytest.raises(ValueError):
         doctor.parse_probe("no json here\n")
 
@@ -282,7 +286,9 @@ def test_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tensorflow_probe_runs_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
     runner_ = fake(monkeypatch)
     check = doctor.check_tensorflow({"PATH": "/bin"}, None)
-    assert check == Check("tensorflow", "PASS", "2.18.1, tf_keras 2.18.0, 0 GPU(s) seen")
+    assert check == Check(
+        "tensorflow", "PASS", "2.18.1, tf_keras 2.18.0, horovod 0.28.1; 0 GPU(s) seen"
+    )
     argv, env = runner_.calls[-1]
     assert argv[:2] == [sys.executable, "-c"]
     assert env["PATH"] == "/bin"
@@ -292,7 +298,11 @@ def test_tensorflow_probe_runs_in_a_child(monkeypatch: pytest.MonkeyPatch) -> No
 def test_tensorflow_problems(monkeypatch: pytest.MonkeyPatch) -> None:
     runner_ = fake(monkeypatch)
     assert doctor.check_tensorflow({}, ["A100"]).status == "WARN"  # GPUs TF cannot see
-    runner_.answers["probe:tensorflow"] = (0, '{"version": "2.18.1", "gpus": []}\n', "")
+    runner_.answers["probe:tensorflow"] = (
+        0,
+        '{"version": "2.18.1", "dists": {}, "gpus": []}\n',
+        "",
+    )
     check = doctor.check_tensorflow({}, None)
     assert (check.status, "tf_keras missing" in check.detail) == ("WARN", True)
     runner_.answers["probe:tensorflow"] = (1, "", TF_MISSING)
@@ -302,6 +312,49 @@ def test_tensorflow_problems(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "make install" in check.fix
     runner_.answers["probe:tensorflow"] = (0, "garbage\n", "")
     assert doctor.check_tensorflow({}, None).status == "FAIL"
+
+
+def probe(version: str, **dists: str) -> tuple[int, str, str]:
+    found = {name.replace("_", "-"): v for name, v in dists.items()}
+    return 0, json.dumps({"version": version, "dists": found, "gpus": []}) + "\n", ""
+
+
+def test_the_versions_are_compared_with_the_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row of the matrix passes, CUDA wheels and all; anything else warns with the fix."""
+    runner_ = fake(monkeypatch)
+    gpu = {"nvidia_cuda_runtime_cu12": "12.5.82", "nvidia_cudnn_cu12": "9.3.0.75"}
+    runner_.answers["probe:tensorflow"] = probe(
+        "2.21.0", tf_keras="2.21.0", keras="3.15.1", horovod="0.28.1", **gpu,
+        nvidia_nccl_cu12="2.27.7",
+    )  # fmt: skip
+    check = doctor.check_tensorflow({}, None)
+    assert check == Check(
+        "tensorflow",
+        "PASS",
+        "2.21.0, tf_keras 2.21.0, keras 3.15.1, horovod 0.28.1, CUDA 12.5.82, cuDNN 9.3.0.75, "
+        "NCCL 2.27.7; 0 GPU(s) seen",
+    )
+    runner_.answers["probe:tensorflow"] = probe(
+        "2.21.0", tf_keras="2.18.0", horovod="0.28.1", **gpu, nvidia_nccl_cu12="2.21.5"
+    )
+    check = doctor.check_tensorflow({}, None)
+    assert check.status == "WARN"
+    assert check.detail.endswith(
+        "; tf-keras 2.18.0 (matrix: 2.21.0), nvidia-nccl-cu12 2.21.5 (matrix: 2.27.7)"
+    )
+    assert check.fix.startswith("TF_VERSION=2.21.0 make install (src/ctrain/matrix.toml), or ")
+    runner_.answers["probe:tensorflow"] = probe("2.17.0", tf_keras="2.17.0")
+    check = doctor.check_tensorflow({}, None)
+    assert check.status == "WARN"
+    assert check.detail.endswith("; TensorFlow 2.17.0 is not in ctrain's version matrix")
+    assert check.fix.startswith("TF_VERSION=2.21.0 or 2.18.1 make install ")
+
+
+def test_the_probe_asks_for_every_version_the_matrix_pins() -> None:
+    wanted = {"tf-keras", "horovod"} | {n for row in doctor.MATRIX for n in row.cuda_wheels}
+    assert wanted <= set(doctor.DISTS)
+    for name in wanted:
+        assert repr(name) in doctor.TF_PROBE
 
 
 def test_horovod(monkeypatch: pytest.MonkeyPatch) -> None:
