@@ -1,8 +1,10 @@
-"""The Horovod that `make install` puts in the venv is built with ctrain's patch set
-(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works on TF 2.18 + tf-keras."""
+"""The Horovod that `make install` puts in the venv is built with ctrain's patch set for the
+venv's TensorFlow (patches/horovod-0.28.1/series, docs/horovod-patches.md) and its Keras API
+works with tf-keras. `make test-matrix` runs this file on every TensorFlow of the matrix."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -11,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from ctrain import matrix
 from tests.helpers import REPO
 
 from .jobs import BIN, SCRIPTS, clean_env, run
 
-PATCHES = REPO / "patches" / "horovod-0.28.1"
+pytestmark = pytest.mark.modes
+TF_VERSION = importlib.metadata.version("tensorflow")
+PATCHES = REPO / "patches" / f"horovod-{matrix.find(matrix.load(), TF_VERSION).horovod}"
+APPLIED = matrix.series((PATCHES / "series").read_text(), TF_VERSION)
 EPOCHS = 6  # the change is asked for after epoch 2; the survivor goes on to the end
 
 
@@ -34,7 +40,13 @@ def test_installed_horovod_has_every_patch_and_tensorflow_mpi_gloo() -> None:
         clean_env(),
         timeout=120,
     )
-    assert f"all {len(list(PATCHES.glob('*.patch')))} patches" in done.stdout
+    python = sum(
+        1 for name in APPLIED if re.search(r"^\+\+\+ b/.*\.py$", (PATCHES / name).read_text(), re.M)
+    )
+    assert (
+        f"the {len(APPLIED)} patches of {PATCHES}/series for TensorFlow {TF_VERSION}: "
+        f"{python} applied in "
+    ) in done.stdout
 
 
 @pytest.mark.horovod
@@ -64,10 +76,11 @@ def test_horovod_keras_api_in_one_process(tmp_path: Path) -> None:
     assert result["elastic"] == {"epoch": 3, "batch": 0}
 
 
-def test_patched_sdist_holds_every_patch(tmp_path: Path) -> None:
-    """What the image builds compile (scripts/wheelhouse.sh puts it in the wheelhouse)."""
+def test_patched_sdist_holds_the_patches_of_this_tensorflow(tmp_path: Path) -> None:
+    """What the image builds compile (scripts/wheelhouse.sh puts it in the wheelhouse): exactly
+    the patches of this TensorFlow's range."""
     done = subprocess.run(
-        [str(REPO / "scripts" / "horovod-wheel.sh"), "--sdist", str(tmp_path)],
+        [str(REPO / "scripts" / "horovod-wheel.sh"), "--sdist", str(tmp_path), TF_VERSION],
         env=clean_env(PYTHON=str(BIN / "python")),
         capture_output=True,
         text=True,
@@ -85,7 +98,8 @@ def test_patched_sdist_holds_every_patch(tmp_path: Path) -> None:
             text=True,
             timeout=30,
         )
-        assert check.returncode == 0, f"{patch.name} is not applied: {check.stdout}"
+        applied = check.returncode == 0
+        assert applied == (patch.name in APPLIED), f"{patch.name}: {check.stdout}"
 
 
 @pytest.mark.horovod
