@@ -31,7 +31,7 @@ install: $(VPY)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's 
 	wheel=$$(scripts/horovod-wheel.sh $(VPY)) && \
 	  $(VPY) -m pip install --quiet --no-deps --force-reinstall "$$wheel"
 	scripts/check-horovod-build.sh --patches patches/horovod-$$($(MATRIX) get $(TF_VERSION) horovod) \
-	  $(VENV)/bin/horovodrun TensorFlow MPI Gloo
+	  --allreduce $(VENV)/bin/horovodrun TensorFlow MPI Gloo
 
 horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)

@@ -2,16 +2,24 @@
 # Fail unless `horovodrun --check-build` marks every named feature with [X], and, with --patches,
 # unless every patch that DIR/series lists for the installed TensorFlow is applied to the Horovod
 # installed beside HOROVODRUN: each patch of Python files reverses cleanly on the installed
-# files; a patch of build files only (CMake, C++) shows in the build having succeeded.
-#   scripts/check-horovod-build.sh [--patches DIR] HOROVODRUN FEATURE...
-#   e.g. scripts/check-horovod-build.sh --patches patches/horovod-0.28.1 .venv/bin/horovodrun TensorFlow MPI Gloo
+# files; a patch of build files only (CMake, C++) shows in the build having succeeded. With
+# --allreduce, a 2-rank allreduce must also come out right under each controller: mpirun and
+# horovodrun --gloo (python -m ctrain.train.allreduce_check).
+#   scripts/check-horovod-build.sh [--patches DIR] [--allreduce] HOROVODRUN FEATURE...
+#   e.g. scripts/check-horovod-build.sh --patches patches/horovod-0.28.1 --allreduce .venv/bin/horovodrun TensorFlow MPI Gloo
 set -euo pipefail
+usage="usage: check-horovod-build.sh [--patches DIR] [--allreduce] HOROVODRUN FEATURE..."
 patches=
+allreduce=0
 if [ "${1:-}" = --patches ]; then
-    patches=${2:?usage: check-horovod-build.sh [--patches DIR] HOROVODRUN FEATURE...}
+    patches=${2:?$usage}
     shift 2
 fi
-horovodrun=${1:?usage: check-horovod-build.sh [--patches DIR] HOROVODRUN FEATURE...}
+if [ "${1:-}" = --allreduce ]; then
+    allreduce=1
+    shift
+fi
+horovodrun=${1:?$usage}
 shift
 report=$("$horovodrun" --check-build)
 echo "$report"
@@ -23,10 +31,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "check-horovod-build: not built with: ${missing[*]}. Fix: rebuild the wheel (rm the cache entry, make horovod) with the missing dependencies installed" >&2
     exit 1
 fi
+python=$(dirname "$horovodrun")/python
+
+if [ "$allreduce" = 1 ]; then
+    check=("$python" -m ctrain.train.allreduce_check 2)
+    export TF_CPP_MIN_LOG_LEVEL=2
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "${check[@]}" \
+        || { echo "check-horovod-build: the 2-rank allreduce under mpirun failed. Fix: see its output above; rebuild the wheel (make horovod)" >&2; exit 1; }
+    timeout 300 "$horovodrun" -np 2 -H localhost:2 --gloo --network-interfaces lo "${check[@]}" \
+        || { echo "check-horovod-build: the 2-rank allreduce under horovodrun --gloo failed. Fix: see its output above; rebuild the wheel (make horovod)" >&2; exit 1; }
+fi
 [ -n "$patches" ] || exit 0
 
 # the directory holding the installed horovod package (found without importing it)
-python=$(dirname "$horovodrun")/python
 site=$("$python" -c \
     'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("horovod").submodule_search_locations[0]))')
 tf_version=$("$python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))')

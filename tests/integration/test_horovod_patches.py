@@ -32,6 +32,7 @@ def test_installed_horovod_has_every_patch_and_tensorflow_mpi_gloo() -> None:
             str(REPO / "scripts" / "check-horovod-build.sh"),
             "--patches",
             str(PATCHES),
+            "--allreduce",
             str(BIN / "horovodrun"),
             "TensorFlow",
             "MPI",
@@ -47,6 +48,34 @@ def test_installed_horovod_has_every_patch_and_tensorflow_mpi_gloo() -> None:
         f"the {len(APPLIED)} patches of {PATCHES}/series for TensorFlow {TF_VERSION}: "
         f"{python} applied in "
     ) in done.stdout
+    for controller in ("mpi", "gloo"):
+        ok = re.findall(
+            rf"allreduce_check: rank (\d) of 2 \({controller}, .*\): \[3\.0, .*\] ok", done.stdout
+        )
+        assert sorted(ok) == ["0", "1"], done.stdout
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+def test_the_allreduce_check_fails_on_a_world_of_the_wrong_size() -> None:
+    done = subprocess.run(
+        [
+            "mpirun",
+            "--allow-run-as-root",
+            "-np",
+            "2",
+            str(BIN / "python"),
+            "-m",
+            "ctrain.train.allreduce_check",
+            "3",
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode != 0
+    assert done.stdout.count("[3.0, 3.0, 3.0, 3.0] WRONG, want size 3") == 2, done.stdout
 
 
 @pytest.mark.horovod
