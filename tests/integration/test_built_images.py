@@ -306,18 +306,19 @@ def test_push_pull_and_train_two_ranks_inside(cpu_image: str, tmp_path: Path) ->
     assert chief["weights"] == worker["weights"]  # ...the same model
 
 
-@pytest.mark.slurm
 def test_horovod_trains_two_ranks_inside_another_tensorflows_image(
     other_cpu_image: tuple[str, str], tmp_path: Path
 ) -> None:
-    """2 ranks under srun, `ctrain exec` into the other TensorFlow's image, Horovod's allreduce
-    keeping the replicas equal."""
+    """2 Horovod ranks started by the image's own OpenMPI (`ctrain exec --no-launch IMAGE --
+    mpirun -np 2 ctrain launch -- python ...`) in the other TensorFlow's image: Horovod's
+    allreduce keeps the replicas equal."""
     _, image = other_cpu_image
     out = tmp_path / "out"
-    argv = ["srun", "-n", "2", "-t", "10", "--kill-on-bad-exit=1", CTRAIN, "exec", "--runtime",
-            "docker", "-B", f"{SCRIPTS}:/ctrain-tests:ro", image, "--", "python",
+    mpirun = ["mpirun", "--allow-run-as-root", "-np", "2", "ctrain", "launch", "--"]
+    argv = [CTRAIN, "exec", "--runtime", "docker", "--no-launch", "-B",
+            f"{SCRIPTS}:/ctrain-tests:ro", image, "--", *mpirun, "python",
             "/ctrain-tests/train_tiny.py", str(out), "2"]  # fmt: skip
-    run(argv, clean_env(CTRAIN_MODE="horovod"), timeout=600, cwd=tmp_path)
+    run(argv, clean_env(), timeout=600, cwd=tmp_path)
     chief, worker = reports(out, 2)
     assert chief["mode"] == worker["mode"] == "horovod"
     assert chief["size"] == worker["size"] == 2
