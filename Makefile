@@ -97,8 +97,10 @@ bench:  ## measure ctrain's overheads, scaling and scripts against its API here 
 	$(VPY) benchmarks/run.py --out runs/bench $(if $(SECTIONS),--only $(SECTIONS))
 
 # ---- Images (docs/images.md): Dockerfile.gpu and definitions/*.def both run docker/install.sh.
-# FLAVOUR gpu|cpu for wheelhouse, sif and push; REGISTRY host[:port][/namespace] for push; TAG
-# (ctrain's version by default): images are $(IMAGE_NAME):$(TAG) (GPU) and $(IMAGE_NAME):$(TAG)-cpu.
+# FLAVOUR gpu|cpu for wheelhouse, sif and push; TF_VERSION (the matrix's default) for wheelhouse,
+# image, image-cpu, sif and push; REGISTRY host[:port][/namespace] for push; TAG (ctrain's version
+# by default). Images of the default TensorFlow are $(IMAGE_NAME):$(TAG) (GPU) and
+# $(IMAGE_NAME):$(TAG)-cpu, of another $(IMAGE_NAME):$(TAG)-tf$(TF_VERSION)[-cpu].
 FLAVOUR ?= gpu
 REGISTRY ?=
 IMAGE_NAME ?= ctrain
@@ -109,13 +111,17 @@ SIF_DIR ?= build
 APPTAINER ?= $(shell command -v apptainer)
 APPTAINER_BUILD_FLAGS ?=
 CTRAIN ?= $(if $(wildcard $(VENV)/bin/ctrain),$(VENV)/bin/ctrain,ctrain)
-image_ref = $(IMAGE_NAME):$(TAG)$(if $(filter cpu,$(1)),-cpu)
-sif_file = $(SIF_DIR)/$(IMAGE_NAME)-$(TAG)$(if $(filter cpu,$(1)),-cpu).sif
+# image_tag FLAVOUR: the tag of the FLAVOUR image of TF_VERSION
+image_tag = $(TAG)$(if $(filter-out $(shell $(MATRIX) default),$(TF_VERSION)),-tf$(TF_VERSION))$(if $(filter cpu,$(1)),-cpu)
+image_ref = $(IMAGE_NAME):$(call image_tag,$(1))
+sif_file = $(SIF_DIR)/$(IMAGE_NAME)-$(call image_tag,$(1)).sif
+# build_args FLAVOUR: the Apptainer build-arg file of the FLAVOUR definition for TF_VERSION
+build_args = build/pins-$(1)-tf$(TF_VERSION).env
 export BASE_IMAGE WHEELHOUSE
 
 .PHONY: wheelhouse image image-cpu image-gpu-or-cpu sif push
 
-wheelhouse:  ## every Python package of the FLAVOUR image (+ Horovod), from PyPI, for --no-index builds
+wheelhouse:  ## every Python package of the FLAVOUR image of TF_VERSION (+ Horovod), from PyPI, for --no-index builds
 	scripts/wheelhouse.sh $(FLAVOUR) $(WHEELHOUSE)
 
 image:  ## GPU image: SIF (definitions/ctrain-gpu.def) with apptainer, else Docker (Dockerfile.gpu)
@@ -124,17 +130,22 @@ image:  ## GPU image: SIF (definitions/ctrain-gpu.def) with apptainer, else Dock
 image-cpu:  ## CPU image from the same recipe: SIF with apptainer, else Docker
 	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=cpu
 
+# The definitions take every pin as a build arg: the matrix's for TF_VERSION and ctrain's version,
+# in build/pins-FLAVOUR-tfTF_VERSION.env (--build-arg-file: Apptainer >= 1.2, SingularityCE >= 4.0).
 image-gpu-or-cpu:
 	@if [ -n "$(APPTAINER)" ]; then \
-	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
+	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)-tf$(TF_VERSION)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
 	  scripts/wheelhouse.sh ctrain build/wheelhouse; mkdir -p $(SIF_DIR); \
-	  echo "$(APPTAINER) build $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
-	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def; \
+	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])'); } \
+	    >$(call build_args,$(IMAGE_FLAVOUR)); \
+	  echo "$(APPTAINER) build --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
+	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) \
+	    $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def; \
 	else \
 	  scripts/image-build.sh $(IMAGE_FLAVOUR) $(call image_ref,$(IMAGE_FLAVOUR)); \
 	fi
 
-sif:  ## the FLAVOUR Docker image as a SIF (apptainer, docker-daemon://): build/ctrain-TAG[-cpu].sif
+sif:  ## the FLAVOUR Docker image of TF_VERSION as a SIF (apptainer, docker-daemon://): build/ctrain-TAG[-tfVERSION][-cpu].sif
 	@[ -n "$(APPTAINER)" ] || { echo "sif: apptainer not found; build where it is installed, or pull the pushed image with \`ctrain pull\`" >&2; exit 1; }
 	mkdir -p $(SIF_DIR)
 	$(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg IMAGE=$(call image_ref,$(FLAVOUR)) \

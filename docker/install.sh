@@ -8,7 +8,7 @@
 #                              from the wheelhouse only (pip --no-index); Horovod from a prebuilt
 #                              wheel in the wheelhouse, else built here from the wheelhouse's sdist
 #                              (ctrain's patch set already applied: docs/horovod-patches.md; the
-#                              build tools, and for the GPU flavour CUDA 11.8's nvcc, are removed)
+#                              build tools, and for the GPU flavour Debian's nvcc, are removed)
 #   install.sh ctrain          ctrain from its wheel
 #   install.sh verify          installed versions == pins; `horovodrun --check-build` gate
 #                              (TensorFlow, MPI, Gloo; NCCL too for gpu); gpu: Horovod's ops load
@@ -73,7 +73,8 @@ apt_install() { apt-get -q -y --no-install-recommends "${APT_CONF[@]}" install "
 
 # Debian packages the images run with. openmpi-bin pulls libopenmpi3 (Horovod's MPI controller).
 RUNTIME_PACKAGES=(python3 python3-venv openmpi-bin ca-certificates procps)
-# Horovod's source build; the GPU flavour adds CUDA 11.8's nvcc and the gcc it supports.
+# Horovod's source build; the GPU flavour adds Debian's nvcc (HOROVOD_NVCC_VERSION) and the gcc
+# it supports.
 BUILD_PACKAGES=(cmake make g++ libopenmpi-dev python3-dev)
 GPU_BUILD_PACKAGES=(nvidia-cuda-toolkit gcc-11 g++-11)
 
@@ -81,7 +82,12 @@ cmd_requirements() {
     flavour
     need TF_VERSION KERAS_VERSION TFDS_VERSION HOROVOD_VERSION
     if [ "$FLAVOUR" = gpu ]; then
+        need CUDA_VERSION CUDNN_VERSION NCCL_VERSION
         echo "tensorflow[and-cuda]==$TF_VERSION"
+        # The CUDA 12 wheels the labels name (TensorFlow's and-cuda extra may allow a range)
+        echo "nvidia-cuda-runtime-cu12==$CUDA_VERSION"
+        echo "nvidia-cudnn-cu12==$CUDNN_VERSION"
+        echo "nvidia-nccl-cu12==$NCCL_VERSION"
     else
         echo "tensorflow==$TF_VERSION"
     fi
@@ -113,7 +119,7 @@ debian_mirror() {
 
 # Build Horovod from the sdist in the wheelhouse (scripts/wheelhouse.sh applied ctrain's patch
 # set to it) against the venv's TensorFlow and Debian's OpenMPI; gpu: with NCCL from
-# TensorFlow's nvidia-nccl-cu12 wheel and CUDA kernels from nvcc 11.8.
+# TensorFlow's nvidia-nccl-cu12 wheel and CUDA kernels from Debian's nvcc.
 build_horovod() {
     local out=$1 site nccl
     local -a env=(
@@ -127,7 +133,7 @@ build_horovod() {
         site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         nccl=$site/nvidia/nccl
         ln -sfn libnccl.so.2 "$nccl/lib/libnccl.so"
-        # TensorFlow 2.18's own GPU targets (sm_60..sm_90) plus the common ones between.
+        # The GPU generations of TensorFlow's own wheels (docs/images.md), Pascal to Hopper.
         env+=(
             HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME=/usr
             HOROVOD_NCCL_INCLUDE="$nccl/include" HOROVOD_NCCL_LIB="$nccl/lib" HOROVOD_NCCL_LINK=SHARED
@@ -170,7 +176,7 @@ cmd_python() {
 
     work=$(mktemp -d /tmp/horovod.XXXXXX)
     # A Horovod wheel in the wheelhouse is used as it is for cpu (`make wheelhouse` puts the host's
-    # cached one there: same Debian 12 OpenMPI 4.1.4, same TensorFlow wheel, same cp311 ABI). The
+    # cached one there: same Debian 12 OpenMPI, same TensorFlow wheel, same cp311 ABI). The
     # GPU flavour is always built here: it needs nvcc and NCCL, which the host does not have.
     prebuilt=$(find "$WHEELHOUSE" -maxdepth 1 -name "horovod-${HOROVOD_VERSION}-cp*.whl" -print -quit)
     if [ "$FLAVOUR" = cpu ] && [ -n "$prebuilt" ]; then
@@ -181,7 +187,7 @@ cmd_python() {
         dpkg-query -W -f='${Package}\n' | sort >"$before"
         if [ "$FLAVOUR" = gpu ]; then
             need HOROVOD_NVCC_VERSION
-            # Debian's nvidia-cuda-toolkit (nvcc 11.8) lives in contrib/non-free.
+            # Debian's nvidia-cuda-toolkit (nvcc) lives in contrib/non-free.
             echo "deb $(debian_mirror) bookworm main contrib non-free" >/etc/apt/sources.list.d/ctrain-cuda.list
         fi
         apt_update
@@ -225,7 +231,7 @@ check_equal() {
 
 # Horovod's TensorFlow ops load beside TensorFlow's CUDA 12 libraries, every symbol bound at load
 # (LD_BIND_NOW): each CUDA runtime symbol they use must come from TensorFlow's cudart stubs (so
-# TensorFlow's libcudart.so.12 serves them: one CUDA runtime in the process; nvcc 11.8 only
+# TensorFlow's libcudart.so.12 serves them: one CUDA runtime in the process; Debian's nvcc only
 # compiled the kernels' device code), each NCCL symbol from the nvidia-nccl-cu12 wheel's
 # libnccl.so.2, of the version Horovod was built against; no RUNPATH under /tmp; an allreduce runs.
 gpu_load_proof() {

@@ -3,12 +3,15 @@
 #
 #   scripts/image-build.sh gpu|cpu NAME:TAG
 #
-# Steps: the flavour's wheelhouse (scripts/wheelhouse.sh, only when missing; ctrain's wheel
-# always, offline, seconds), a build context in ~/.cache/ctrain/image-context/FLAVOUR (hard links
-# where possible: the recipe script, wheelhouse/, ctrain/), then the build with the host's network (apt reaches the
-# Debian mirror; pip never leaves the wheelhouse) and `horovodrun --check-build` as its gate.
+# Steps: the wheelhouse of the flavour and TensorFlow (scripts/wheelhouse.sh, only when missing;
+# ctrain's wheel always, offline, seconds), a build context in
+# ~/.cache/ctrain/image-context/FLAVOUR-tfTF_VERSION (hard links where possible: the recipe
+# script, wheelhouse/, ctrain/), then the build with the host's network (apt reaches the Debian
+# mirror; pip never leaves the wheelhouse), every pin a --build-arg from the version matrix, and
+# `horovodrun --check-build` as its gate.
 #
 # Environment:
+#   TF_VERSION      the TensorFlow of the version matrix (src/ctrain/matrix.toml; its default)
 #   BASE_IMAGE      Debian 12 image to build on (Dockerfile.gpu's default: debian:12-slim);
 #                   scripts/base-image.sh makes one locally where no registry can be reached
 #   CA_BUNDLE       a site's CA bundle (TLS-inspecting proxy), passed as the build secret
@@ -51,34 +54,36 @@ pick_builder() {
 pick_builder
 
 t0=$SECONDS
-if [ ! -f "$wheelhouse/$flavour/SHA256SUMS" ]; then
-    echo "image-build: no $flavour wheelhouse in $wheelhouse; gathering it (make wheelhouse FLAVOUR=$flavour)" >&2
-    scripts/wheelhouse.sh "$flavour" "$wheelhouse"
+tf=${TF_VERSION:-$(python3 src/ctrain/matrix.py default)}
+mapfile -t pins < <(python3 src/ctrain/matrix.py pins "$tf" "$flavour")
+[ "${#pins[@]}" -gt 0 ] || exit 1
+part=$flavour-tf$tf
+if [ ! -f "$wheelhouse/$part/SHA256SUMS" ]; then
+    echo "image-build: no $part wheelhouse in $wheelhouse; gathering it (make wheelhouse FLAVOUR=$flavour TF_VERSION=$tf)" >&2
+    TF_VERSION=$tf scripts/wheelhouse.sh "$flavour" "$wheelhouse"
 fi
 scripts/wheelhouse.sh ctrain "$wheelhouse"  # ctrain's current source, offline, seconds
 
 # The context lives at a fixed place outside the checkout: BuildKit keys its copy of a local
 # context by the directory's path, so a fixed path is synced incrementally and reused, where a
 # fresh clone's path would add a new full copy (2.5 GB for gpu) to the builder's cache every time.
-context=${CTRAIN_IMAGE_CONTEXT:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/image-context}/$flavour
+context=${CTRAIN_IMAGE_CONTEXT:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/image-context}/$part
 mkdir -p "$(dirname "$context")"
 exec 8>"$context.lock"
 flock -w 3600 8 || { echo "image-build: another build holds $context.lock" >&2; exit 1; }
 rm -rf "$context"
 mkdir -p "$context/docker"
 cp docker/install.sh "$context/docker/"
-cp -al "$wheelhouse/$flavour" "$context/wheelhouse" 2>/dev/null || cp -a "$wheelhouse/$flavour" "$context/wheelhouse"
+cp -al "$wheelhouse/$part" "$context/wheelhouse" 2>/dev/null || cp -a "$wheelhouse/$part" "$context/wheelhouse"
 cp -a "$wheelhouse/ctrain" "$context/ctrain"
 
 version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
-args=(--build-arg "FLAVOUR=$flavour" --build-arg "CTRAIN_VERSION=$version")
+args=(--build-arg "CTRAIN_VERSION=$version")
+for pin in "${pins[@]}"; do
+    args+=(--build-arg "$pin")
+done
 [ -z "${BASE_IMAGE:-}" ] || args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
 [ -z "${DEBIAN_MIRROR:-}" ] || args+=(--build-arg "DEBIAN_MIRROR=$DEBIAN_MIRROR")
-if [ "$flavour" = cpu ]; then
-    for pin in CUDA_VERSION CUDNN_VERSION NCCL_VERSION HOROVOD_NVCC_VERSION; do
-        args+=(--build-arg "$pin=none")
-    done
-fi
 if [ -n "${CA_BUNDLE:-}" ]; then
     [ -r "$CA_BUNDLE" ] || { echo "image-build: CA_BUNDLE=$CA_BUNDLE is not readable" >&2; exit 1; }
     args+=(--secret "id=ca_bundle,src=$CA_BUNDLE")
@@ -98,7 +103,7 @@ discard() { cat >/dev/null; }
 # The progress (scripts/progress-mode.sh): BuildKit's own display on a terminal; otherwise one
 # line per step, or nothing, with the build's last lines if it fails.
 progress=$(scripts/progress-mode.sh)
-echo "image-build: ${builder[*]} $name ($flavour) from $context" >&2
+echo "image-build: ${builder[*]} $name ($flavour, TensorFlow $tf) from $context" >&2
 build=("${builder[@]}" --network host -f Dockerfile.gpu -t "$name" "${args[@]}" "$context")
 if [ "$progress" = bar ]; then
     "${build[@]}" --progress auto >&2

@@ -6,23 +6,27 @@
 #   scripts/wheelhouse.sh ctrain [DEST]     ctrain's wheel only (offline, from a flavour's wheels)
 #
 # DEST (build/wheelhouse by default) gets:
-#   DEST/FLAVOUR/  wheels for TensorFlow (gpu: with its CUDA 12 wheels), tf-keras,
+#   DEST/FLAVOUR-tfTF_VERSION/
+#                  wheels for TensorFlow (gpu: with its CUDA 12 wheels), tf-keras,
 #                  tensorflow-datasets, ctrain's dependencies, Horovod's runtime and build
 #                  dependencies, sdist-only packages built into wheels here, Horovod's sdist with
 #                  ctrain's patch set applied (scripts/horovod-wheel.sh --sdist; what the GPU
 #                  image compiles), and for cpu the host's cached patched Horovod wheel
-#                  (scripts/horovod-wheel.sh); plus requirements.txt and SHA256SUMS
+#                  (scripts/horovod-wheel.sh); plus requirements.txt, constraints.txt, SHA256SUMS
 #   DEST/ctrain/   ctrain's wheel, built reproducibly (SOURCE_DATE_EPOCH), so an unchanged source
 #                  gives the same bytes and the image's ctrain layer stays cached
-# Each directory is built aside and swapped in whole. A copy of each flavour's wheelhouse is kept
-# in ~/.cache/ctrain/wheelhouse (CTRAIN_WHEELHOUSE_CACHE) and used first, offline; PyPI only when
-# it cannot satisfy the requirements or with WHEELHOUSE_REFRESH=1.
+# Each directory is built aside and swapped in whole. A copy of each flavour's and TensorFlow's
+# wheelhouse is kept in ~/.cache/ctrain/wheelhouse/FLAVOUR-tfTF_VERSION (CTRAIN_WHEELHOUSE_CACHE)
+# and used first, offline; PyPI only when it cannot satisfy the requirements or with
+# WHEELHOUSE_REFRESH=1.
 #
-# The pins are Dockerfile.gpu's ARG defaults. The image's Python is Debian 12's 3.11: the host's
-# Python must be a 3.11 too (the same cp311 ABI). Environment: PYTHON (python3),
-# CTRAIN_WHEEL_CACHE (scripts/horovod-wheel.sh's cache), HOROVOD_PREBUILT (auto: put the cached
-# Horovod wheel in the cpu wheelhouse, building it with .venv's Python first when .venv has the
-# pinned TensorFlow; no: the sdist only, the image build compiles it).
+# The pins are the version matrix's (src/ctrain/matrix.py pins TF_VERSION FLAVOUR), and pip holds
+# every other package TensorFlow brings (gpu: its 12 CUDA wheels) to the matrix's constraints.
+# The image's Python is Debian 12's 3.11: the host's Python must be a 3.11 too (the same cp311
+# ABI). Environment: TF_VERSION (the matrix's default), PYTHON (python3), CTRAIN_WHEEL_CACHE
+# (scripts/horovod-wheel.sh's cache), HOROVOD_PREBUILT (auto: put the cached Horovod wheel in the
+# cpu wheelhouse, building it first with .venv's or .venv-tfTF_VERSION's Python when that venv
+# has TF_VERSION; no: the sdist only, the image build compiles it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,45 +90,48 @@ swap() {
 }
 
 if [ "$part" != ctrain ]; then
-    # The pins: the ARG NAME=VALUE lines of Dockerfile.gpu.
-    export FLAVOUR=$part
-    for name in TF_VERSION KERAS_VERSION TFDS_VERSION HOROVOD_VERSION; do
-        value=$(sed -nE "s/^ARG $name=(.+)$/\1/p" Dockerfile.gpu | head -n1)
-        [ -n "$value" ] || { echo "wheelhouse: no ARG $name= in Dockerfile.gpu" >&2; exit 1; }
-        export "$name=$value"
-    done
-    out=$stage/$part
+    # The pins: the version matrix's for TF_VERSION and this flavour.
+    tf=${TF_VERSION:-$(python3 src/ctrain/matrix.py default)}
+    pins=$(python3 src/ctrain/matrix.py pins "$tf" "$part") || exit 1
+    while IFS= read -r pin; do export "${pin?}"; done <<<"$pins"
+    name=$part-tf$tf
+    out=$stage/$name
     mkdir -p "$out"
+    python3 src/ctrain/matrix.py constraints "$tf" "$part" >"$out/constraints.txt"
     {
         docker/install.sh requirements
         # ctrain's own dependencies, from pyproject.toml
         "$python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))'
     } >"$out/requirements.txt"
-    echo "wheelhouse: $part: $(tr '\n' ' ' <"$out/requirements.txt")" >&2
+    echo "wheelhouse: $name: $(tr '\n' ' ' <"$out/requirements.txt")" >&2
     # pip wheel downloads wheels and builds the sdist-only packages into wheels, here on the host.
     # First offline from the last wheelhouse gathered on this machine (a fresh clone's CI run
     # downloads nothing, and unpinned dependencies stay as they were); PyPI when that cannot
     # satisfy the requirements (a pin changed) or WHEELHOUSE_REFRESH=1.
-    cached=${CTRAIN_WHEELHOUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheelhouse}/$part
+    cached=${CTRAIN_WHEELHOUSE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ctrain/wheelhouse}/$name
     gathered=0
     if [ "${WHEELHOUSE_REFRESH:-0}" != 1 ] && [ -f "$cached/SHA256SUMS" ] \
         && (cd "$cached" && sha256sum --quiet -c SHA256SUMS) \
-        && "${pip[@]}" wheel --quiet --no-index --find-links "$cached" -w "$out" -r "$out/requirements.txt" 2>/dev/null; then
-        echo "wheelhouse: $part: taken offline from $cached" >&2
+        && "${pip[@]}" wheel --quiet --no-index --find-links "$cached" -w "$out" \
+            -r "$out/requirements.txt" -c "$out/constraints.txt" 2>/dev/null; then
+        echo "wheelhouse: $name: taken offline from $cached" >&2
         gathered=1
     fi
     if [ "$gathered" = 0 ]; then
-        find "$out" -mindepth 1 ! -name requirements.txt -delete
-        pip_wheel "$part" "$out" -r "$out/requirements.txt"
+        find "$out" -mindepth 1 ! -name requirements.txt ! -name constraints.txt -delete
+        pip_wheel "$name" "$out" -r "$out/requirements.txt" -c "$out/constraints.txt"
     fi
-    # Horovod's sdist with ctrain's patches (the pristine one is kept in the wheel cache)
-    PYTHON=$python scripts/horovod-wheel.sh --sdist "$out" >/dev/null
+    # Horovod's sdist with ctrain's patches for TF_VERSION (the pristine one is kept in the wheel
+    # cache)
+    PYTHON=$python scripts/horovod-wheel.sh --sdist "$out" "$TF_VERSION" >/dev/null
     if [ "$part" = cpu ] && [ "${HOROVOD_PREBUILT:-auto}" = auto ]; then
         wheel=$(scripts/horovod-wheel.sh --cached py311 "$TF_VERSION")
-        if [ -z "$wheel" ] && [ -x .venv/bin/python ] \
-            && [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null)" = "$TF_VERSION" ]; then
-            wheel=$(scripts/horovod-wheel.sh .venv/bin/python)
-        fi
+        for venv in .venv .venv-tf"$TF_VERSION"; do
+            if [ -z "$wheel" ] && [ -x "$venv/bin/python" ] \
+                && [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow"))' 2>/dev/null)" = "$TF_VERSION" ]; then
+                wheel=$(scripts/horovod-wheel.sh "$venv/bin/python")
+            fi
+        done
         if [ -n "$wheel" ]; then
             echo "wheelhouse: cpu: prebuilt $wheel" >&2
             cp "$wheel" "$out/"
@@ -144,15 +151,15 @@ if [ "$part" != ctrain ]; then
         rm -rf "$cached"
         mv "$cached.new" "$cached"
     fi
-    swap "$part"
-    echo "wheelhouse: $dest/$part: $(find "$dest/$part" -type f | wc -l) files, $(du -sh "$dest/$part" | cut -f1), in $((SECONDS - t0)) s" >&2
+    swap "$name"
+    echo "wheelhouse: $dest/$name: $(find "$dest/$name" -type f | wc -l) files, $(du -sh "$dest/$name" | cut -f1), in $((SECONDS - t0)) s" >&2
 fi
 
 # ctrain's wheel: built in isolation from the wheelhouse's setuptools when there is one (offline).
 offline=()
-for flavour in cpu gpu; do
-    if [ -d "$dest/$flavour" ]; then
-        offline=(--no-index --find-links "$dest/$flavour")
+for dir in "$dest"/cpu-tf* "$dest"/gpu-tf*; do
+    if [ -f "$dir/SHA256SUMS" ]; then
+        offline=(--no-index --find-links "$dir")
         break
     fi
 done

@@ -41,7 +41,8 @@ Modelled (facts file sections in brackets):
   writes DEST directly, otherwise the cache entry is copied through DEST_DIR/tmp-copy-* and a
   rename; build-temp-* in APPTAINER_TMPDIR (or --tmpdir, $TMPDIR, /tmp) removed on exit and on
   SIGINT/SIGTERM (then exit 255), not on SIGKILL;
-- [build] def-file header keys, ``{{ NAME }}`` from --build-arg then %arguments, unused
+- [build] def-file header keys, ``{{ NAME }}`` from --build-arg (over --build-arg-file's
+  KEY=VALUE lines; others skipped with a warning) then %arguments, unused
   build-args fatal without --warn-unused-build-args, undefined ones fatal; %environment and
   %labels kept in the SIF; [inspect] labels, --json, --environment;
 - [SIF global header] written: header, version 01, 48 descriptors of 585 bytes, a JSON

@@ -1,7 +1,9 @@
 """ctrain's images for real: the recipe built from the wheelhouse on a local Debian 12 base,
 pushed to the local registry, pulled back with `ctrain pull`, and a 2-rank training inside it
-under srun with `ctrain exec`; the GPU flavour built on this GPU-less machine, its own
-`horovodrun --check-build` gate passing with NCCL marked.
+under srun with `ctrain exec`; the CPU image of every other TensorFlow of the version matrix
+(`make image-cpu TF_VERSION=...`) with its labels, gates and a 2-rank Horovod training; the GPU
+flavour of the default TensorFlow built on this GPU-less machine, its own `horovodrun
+--check-build` gate passing with NCCL marked. No test names a version: they are the matrix's.
 
 Builds go through the Makefile (`make wheelhouse`, `make image-cpu`, `make image`, `make push`)
 with Docker (APPTAINER is blanked: there is no apptainer here). Docker's layer cache and pip's
@@ -13,21 +15,31 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY
 
 from .images import REPO, base_image
 from .jobs import clean_env, reports, run
 from .test_bench_real import TINY
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 TAG = "ci"
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
 BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
+ROWS = matrix.load()
+DEFAULT = ROWS[0].tensorflow
+OTHERS = [row.tensorflow for row in ROWS[1:]]
 
 
 def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[float, str]:
@@ -48,8 +60,25 @@ def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[fl
     return elapsed, done.stdout + done.stderr
 
 
-def dockerfile_pins() -> dict[str, str]:
-    return dict(re.findall(r"^ARG (\w+)=(.+)$", (REPO / "Dockerfile.gpu").read_text(), re.M))
+# label -> the pin it shows
+LABEL_PINS = {
+    "io.ctrain.ctrain.version": "CTRAIN_VERSION",
+    "io.ctrain.tensorflow.version": "TF_VERSION",
+    "io.ctrain.keras.version": "KERAS_VERSION",
+    "io.ctrain.tensorflow-datasets.version": "TFDS_VERSION",
+    "io.ctrain.horovod.version": "HOROVOD_VERSION",
+    "io.ctrain.openmpi.version": "OPENMPI_VERSION",
+    "io.ctrain.cuda.version": "CUDA_VERSION",
+    "io.ctrain.cudnn.version": "CUDNN_VERSION",
+    "io.ctrain.nccl.version": "NCCL_VERSION",
+    "io.ctrain.horovod.nvcc.version": "HOROVOD_NVCC_VERSION",
+}
+
+
+def pins(tf: str, flavour: str) -> dict[str, str]:
+    """The labels' versions: the matrix's pins and ctrain's version."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return matrix.pins(matrix.find(ROWS, tf), flavour) | {"CTRAIN_VERSION": project["version"]}
 
 
 def labels(image: str) -> dict[str, str]:
@@ -77,23 +106,45 @@ def base() -> str:
     return base_image()
 
 
+def build_cpu(base: str, tf: str) -> str:
+    """The CPU image of TensorFlow ``tf``, as the Makefile names it: the default TensorFlow's
+    TAG-cpu, another's TAG-tfVERSION-cpu."""
+    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={tf}")
+    make("image-cpu", f"BASE_IMAGE={base}", f"TF_VERSION={tf}")
+    return f"ctrain:{TAG}-cpu" if tf == DEFAULT else f"ctrain:{TAG}-tf{tf}-cpu"
+
+
 @pytest.fixture(scope="module")
 def cpu_image(base: str) -> str:
-    make("wheelhouse", "FLAVOUR=cpu")
-    make("image-cpu", f"BASE_IMAGE={base}")
-    return f"ctrain:{TAG}-cpu"
+    return build_cpu(base, DEFAULT)
+
+
+@pytest.fixture(scope="module", params=OTHERS)
+def other_cpu_image(request: pytest.FixtureRequest, base: str) -> tuple[str, str]:
+    """(TensorFlow, image) of another TensorFlow of the matrix."""
+    return request.param, build_cpu(base, request.param)
+
+
+def check_cpu_image(image: str, tf: str) -> None:
+    """Its labels are the matrix's versions for ``tf``; its `horovodrun --check-build` marks
+    TensorFlow, MPI and Gloo; the installed versions are the labels' (install.sh verify)."""
+    want = pins(tf, "cpu")
+    found = labels(image)
+    assert found["io.ctrain.flavour"] == "cpu"
+    for label, pin in LABEL_PINS.items():
+        assert found[label] == want[pin], label
+    assert found["io.ctrain.cuda.version"] == found["io.ctrain.nccl.version"] == "none"
+    check = docker_run(image, "horovodrun", "--check-build")
+    assert check.returncode == 0, check.stderr
+    for feature in ("TensorFlow", "MPI", "Gloo"):
+        assert re.search(rf"\[X\] {feature}$", check.stdout, re.M), check.stdout
+    verify = docker_run(image, "/opt/ctrain/install.sh", "verify", timeout=600)
+    assert verify.returncode == 0, verify.stderr[-4000:]
+    assert f"verify: tensorflow {tf}" in verify.stderr, verify.stderr[-4000:]
 
 
 def test_cpu_image_labels_and_entrypoint(cpu_image: str) -> None:
-    pins = dockerfile_pins()
-    found = labels(cpu_image)
-    assert found["io.ctrain.flavour"] == "cpu"
-    assert found["io.ctrain.tensorflow.version"] == pins["TF_VERSION"]
-    assert found["io.ctrain.keras.version"] == pins["KERAS_VERSION"]
-    assert found["io.ctrain.horovod.version"] == pins["HOROVOD_VERSION"]
-    assert found["io.ctrain.openmpi.version"] == pins["OPENMPI_VERSION"]
-    assert found["io.ctrain.ctrain.version"] == pins["CTRAIN_VERSION"]
-    assert found["io.ctrain.cuda.version"] == found["io.ctrain.nccl.version"] == "none"
+    check_cpu_image(cpu_image, DEFAULT)
     entrypoint = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", cpu_image],
         capture_output=True,
@@ -102,10 +153,11 @@ def test_cpu_image_labels_and_entrypoint(cpu_image: str) -> None:
         check=True,
     ).stdout
     assert json.loads(entrypoint) == ["ctrain", "launch", "--"]
-    check = docker_run(cpu_image, "horovodrun", "--check-build")
-    assert check.returncode == 0, check.stderr
-    for feature in ("TensorFlow", "MPI", "Gloo"):
-        assert re.search(rf"\[X\] {feature}$", check.stdout, re.M), check.stdout
+
+
+def test_other_tensorflows_cpu_image(other_cpu_image: tuple[str, str]) -> None:
+    tf, image = other_cpu_image
+    check_cpu_image(image, tf)
 
 
 def bench_and_examples_inside(image: str) -> float:
@@ -254,21 +306,37 @@ def test_push_pull_and_train_two_ranks_inside(cpu_image: str, tmp_path: Path) ->
     assert chief["weights"] == worker["weights"]  # ...the same model
 
 
+def test_horovod_trains_two_ranks_inside_another_tensorflows_image(
+    other_cpu_image: tuple[str, str], tmp_path: Path
+) -> None:
+    """2 Horovod ranks started by the image's own OpenMPI (`ctrain exec --no-launch IMAGE --
+    mpirun -np 2 ctrain launch -- python ...`) in the other TensorFlow's image: Horovod's
+    allreduce keeps the replicas equal."""
+    _, image = other_cpu_image
+    out = tmp_path / "out"
+    mpirun = ["mpirun", "--allow-run-as-root", "-np", "2", "ctrain", "launch", "--"]
+    argv = [CTRAIN, "exec", "--runtime", "docker", "--no-launch", "-B",
+            f"{SCRIPTS}:/ctrain-tests:ro", image, "--", *mpirun, "python",
+            "/ctrain-tests/train_tiny.py", str(out), "2"]  # fmt: skip
+    run(argv, clean_env(), timeout=600, cwd=tmp_path)
+    chief, worker = reports(out, 2)
+    assert chief["mode"] == worker["mode"] == "horovod"
+    assert chief["size"] == worker["size"] == 2
+    assert chief["data_sum"] != worker["data_sum"]  # different data...
+    assert chief["weights"] == worker["weights"]  # ...the same model
+
+
 def test_gpu_image_builds_with_nccl_on_a_gpu_less_machine(base: str) -> None:
     """The build's own gate (install.sh verify) marks NCCL and loads Horovod's ops beside
     TensorFlow's CUDA 12 libraries; checked again here on the finished image."""
-    make("wheelhouse", "FLAVOUR=gpu")
-    make("image", f"BASE_IMAGE={base}")
+    make("wheelhouse", "FLAVOUR=gpu", f"TF_VERSION={DEFAULT}")
+    make("image", f"BASE_IMAGE={base}", f"TF_VERSION={DEFAULT}")
     image = f"ctrain:{TAG}"
-    pins = dockerfile_pins()
+    want = pins(DEFAULT, "gpu")
     found = labels(image)
     assert found["io.ctrain.flavour"] == "gpu"
-    for label, pin in (
-        ("cuda", "CUDA_VERSION"),
-        ("cudnn", "CUDNN_VERSION"),
-        ("nccl", "NCCL_VERSION"),
-    ):
-        assert found[f"io.ctrain.{label}.version"] == pins[pin]
+    for label, pin in LABEL_PINS.items():
+        assert found[label] == want[pin], label
     check = docker_run(image, "horovodrun", "--check-build")
     assert check.returncode == 0, check.stderr
     for feature in ("TensorFlow", "MPI", "Gloo", "NCCL"):

@@ -75,9 +75,38 @@ def base_image(
     return {"environment": {"PATH": remote.DEFAULT_PATH}}
 
 
+def key_value(text: str) -> tuple[str, str] | None:
+    """``KEY=VALUE``, both trimmed and non-empty, or None."""
+    key, eq, value = text.partition("=")
+    return (key.strip(), value.strip()) if eq and key.strip() and value.strip() else None
+
+
+def read_build_args(flags: list[tuple[str, str]]) -> dict[str, str]:
+    """Apptainer's ReadBuildArgs (pkg/build/args): --build-arg-file's KEY=VALUE lines (any other
+    line skipped with a warning), then every --build-arg (a malformed one is fatal) over them."""
+    found: dict[str, str] = {}
+    for path in values(flags, "--build-arg-file")[-1:]:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise Fatal(f'error while opening file "{path}": {error.strerror}') from None
+        for line in lines:
+            pair = key_value(line)
+            if pair is None:
+                print(f'WARNING: Skipping "{line}" in build arg file', file=sys.stderr)
+            else:
+                found[pair[0]] = pair[1]
+    for arg in values(flags, "--build-arg"):
+        pair = key_value(arg)
+        if pair is None:
+            raise Fatal(f'"{arg}" is not a key=value pair')
+        found[pair[0]] = pair[1]
+    return found
+
+
 def build(args: list[str], environ: dict[str, str], who: Identity, event: Event) -> int:
     flags, (dest_text, spec) = parse("build", args, who)
-    build_args = dict(pair.partition("=")[::2] for pair in values(flags, "--build-arg"))
+    build_args = read_build_args(flags)
     recipe, dest = Path(spec), Path(dest_text)
     if dest.exists() and not values(flags, "--force", "-F"):
         raise Fatal(f"build target '{dest}' already exists and no terminal to confirm")

@@ -196,6 +196,25 @@ def test_build_checks_the_definition_and_its_build_args(box: Sandbox) -> None:
     assert nowhere.returncode == 255 and nowhere.stderr.startswith("FATAL:")
 
 
+def test_build_reads_build_args_from_a_file(box: Sandbox) -> None:
+    """build: --build-arg-file F (Apptainer's ReadBuildArgs, pkg/build/args: KEY=VALUE lines,
+    others skipped with a warning; each --build-arg over the file's; an unreadable file fatal)."""
+    (box.root / "r.def").write_text(
+        "Bootstrap: localimage\nFrom: img.sif\n%labels\n    a {{ A }}\n    b {{ B }}\n"
+    )
+    (box.root / "args.env").write_text("A = 1\nnot a pair\nB=2\n")
+    built = apptainer(box, "build", "--build-arg-file", "args.env", "o.sif", "r.def")
+    assert built.returncode == 0 and 'Skipping "not a pair"' in built.stderr
+    assert apptainer(box, "inspect", "o.sif").stdout == "a: 1\nb: 2\n"
+    args = ["--build-arg-file", "args.env", "--build-arg", "B=3", "o.sif", "r.def"]
+    assert apptainer(box, "build", "--force", *args).returncode == 0
+    assert apptainer(box, "inspect", "o.sif").stdout == "a: 1\nb: 3\n"
+    gone = apptainer(box, "build", "--force", "--build-arg-file", "none.env", "o.sif", "r.def")
+    assert gone.returncode == 255 and "none.env" in gone.stderr
+    old = apptainer(box, "build", "--force", *args, FAKE_APPTAINER_VERSION="1.1.9")
+    assert old.returncode == 255 and "--build-arg-file" in old.stderr
+
+
 def ext3(path: Path, field: str) -> str:
     done = subprocess.run(
         ["/usr/sbin/dumpe2fs", "-h", str(path)], capture_output=True, text=True, timeout=30

@@ -1,5 +1,7 @@
-"""The image recipes agree: Dockerfile.gpu's pins, the Apptainer definitions (parsed with
-spython), docker/install.sh's inputs, pyproject's train extra and the Makefile's Horovod."""
+"""The image recipes take every pin from the version matrix (src/ctrain/matrix.toml): no recipe
+names a version of it; Dockerfile.gpu's ARGs, the Apptainer definitions' build args (parsed with
+spython, built with the Apptainer stand-in) and docker/install.sh's inputs are the matrix's pin
+names; pyproject's train extra admits every row."""
 
 from __future__ import annotations
 
@@ -9,11 +11,17 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from spython.main.parse.parsers import SingularityParser
 
-from tests.helpers import REPO, need
+from ctrain import matrix
+from tests import fake_apptainer
+from tests.helpers import REPO, Sandbox, need, sandbox
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,33 +31,40 @@ else:  # pragma: no cover
 DOCKERFILE = REPO / "Dockerfile.gpu"
 INSTALL = REPO / "docker" / "install.sh"
 DEFS = REPO / "definitions"
-PINS = (
-    "TF_VERSION",
-    "KERAS_VERSION",
-    "TFDS_VERSION",
-    "HOROVOD_VERSION",
-    "OPENMPI_VERSION",
-    "CUDA_VERSION",
-    "CUDNN_VERSION",
-    "NCCL_VERSION",
-    "HOROVOD_NVCC_VERSION",
-    "CTRAIN_VERSION",
-)
-GPU_ONLY = ("CUDA_VERSION", "CUDNN_VERSION", "NCCL_VERSION", "HOROVOD_NVCC_VERSION")
-# label -> the pin it shows
-LABEL_PINS = {
-    "io.ctrain.ctrain.version": "CTRAIN_VERSION",
-    "io.ctrain.tensorflow.version": "TF_VERSION",
-    "io.ctrain.keras.version": "KERAS_VERSION",
-    "io.ctrain.tensorflow-datasets.version": "TFDS_VERSION",
-    "io.ctrain.horovod.version": "HOROVOD_VERSION",
-    "io.ctrain.openmpi.version": "OPENMPI_VERSION",
-    "io.ctrain.cuda.version": "CUDA_VERSION",
-    "io.ctrain.cudnn.version": "CUDNN_VERSION",
-    "io.ctrain.nccl.version": "NCCL_VERSION",
-    "io.ctrain.horovod.nvcc.version": "HOROVOD_NVCC_VERSION",
-    "org.opencontainers.image.version": "CTRAIN_VERSION",
-}
+ROWS = matrix.load()
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+# The build args of both recipes: the matrix's pins and ctrain's version (pyproject's).
+BUILD_ARGS = {*matrix.PIN_NAMES, "CTRAIN_VERSION"}
+RECIPES = [
+    "Dockerfile.gpu",
+    "definitions/ctrain-gpu.def",
+    "definitions/ctrain-cpu.def",
+    "definitions/from-docker.def",
+    "docker/install.sh",
+    "scripts/wheelhouse.sh",
+    "scripts/image-build.sh",
+    "Makefile",
+    "pyproject.toml",
+]
+CASES = [(row.tensorflow, flavour) for row in ROWS for flavour in matrix.FLAVOURS]
+
+
+def row_versions(row: matrix.Row) -> set[str]:
+    return {
+        row.tensorflow,
+        row.tf_keras,
+        row.tensorflow_datasets,
+        row.horovod,
+        row.openmpi,
+        row.horovod_nvcc,
+        *row.cuda_wheels.values(),
+    }
+
+
+def build_args(tf: str, flavour: str) -> dict[str, str]:
+    """What `make image` passes: the matrix's pins and ctrain's version."""
+    pins = matrix.pins(matrix.find(ROWS, tf), flavour)
+    return pins | {"CTRAIN_VERSION": PYPROJECT["version"]}
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -64,21 +79,21 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def dockerfile_args() -> dict[str, str]:
-    args: dict[str, str] = {}
+def dockerfile_args() -> dict[str, str | None]:
+    """ARG name -> its default (None: no default)."""
+    found: dict[str, str | None] = {}
     for word, rest in dockerfile_instructions():
-        if word == "ARG" and "=" in rest:
-            name, _, value = rest.partition("=")
-            args.setdefault(name, value)
-    return args
+        if word == "ARG":
+            name, eq, value = rest.partition("=")
+            found.setdefault(name, value if eq else None)
+    return found
 
 
-def dockerfile_labels(flavour_args: dict[str, str]) -> dict[str, str]:
+def dockerfile_labels() -> dict[str, str]:
+    """Label -> its value with ${NAME} as {{ NAME }} (the definitions' form)."""
     (labels,) = [rest for word, rest in dockerfile_instructions() if word == "LABEL"]
     pairs = dict(item.split("=", 1) for item in shlex.split(labels))
-    return {
-        k: re.sub(r"\$\{(\w+)\}", lambda m: flavour_args[m.group(1)], v) for k, v in pairs.items()
-    }
+    return {k: re.sub(r"\$\{(\w+)\}", r"{{ \1 }}", v) for k, v in pairs.items()}
 
 
 def parse_def(name: str) -> tuple[object, str]:
@@ -87,13 +102,9 @@ def parse_def(name: str) -> tuple[object, str]:
     return recipe, path.read_text()
 
 
-def exports(lines: list[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in lines:
-        m = re.fullmatch(r"export (\w+)=(\S+)", line.strip())
-        if m:
-            found[m.group(1)] = m.group(2)
-    return found
+def placeholders(text: str) -> set[str]:
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", "\n".join(lines)))
 
 
 def header(text: str, key: str) -> str:
@@ -102,48 +113,93 @@ def header(text: str, key: str) -> str:
     return m.group(1).strip()
 
 
-def expected_pins(flavour: str) -> dict[str, str]:
-    pins = {k: v for k, v in dockerfile_args().items() if k in PINS}
-    if flavour == "cpu":
-        pins.update(dict.fromkeys(GPU_ONLY, "none"))
-    return pins
+@pytest.mark.parametrize("name", RECIPES)
+def test_no_recipe_names_a_version_of_the_matrix(name: str) -> None:
+    text = (REPO / name).read_text()
+    for version in set().union(*(row_versions(row) for row in ROWS)):
+        found = re.search(rf"(?<![\w.]){re.escape(version)}(?![\w]|\.\d)", text)
+        assert found is None, f"{name} names {version}: {text[found.start() - 60 : found.end()]!r}"
 
 
-def test_dockerfile_pins_every_version_and_defaults_to_a_public_base() -> None:
+def test_dockerfile_pins_are_the_matrix_names_without_defaults() -> None:
     args = dockerfile_args()
-    assert set(PINS) <= set(args), set(PINS) - set(args)
-    assert all(args[p] for p in PINS)
-    assert args["FLAVOUR"] == "gpu"
-    assert args["BASE_IMAGE"] == "debian:12-slim"
+    assert args.pop("BASE_IMAGE") == "debian:12-slim"
+    assert args.pop("DEBIAN_MIRROR") == ""
+    assert args == dict.fromkeys(BUILD_ARGS)  # a missing one stops install.sh (need)
 
 
-def test_dockerfile_entrypoint_labels_and_steps() -> None:
-    instructions = dockerfile_instructions()
-    (entrypoint,) = [rest for word, rest in instructions if word == "ENTRYPOINT"]
-    assert json.loads(entrypoint) == ["ctrain", "launch", "--"]
-    labels = dockerfile_labels(dockerfile_args() | {"BASE_IMAGE": "debian:12-slim"})
-    for label, pin in LABEL_PINS.items():
-        assert labels[label] == dockerfile_args()[pin], label
-    runs = " ".join(rest for word, rest in instructions if word == "RUN")
-    steps = re.findall(r"/opt/ctrain/install\.sh ([a-z ]+)", runs)
-    assert " ".join(steps).split() == ["system", "python", "ctrain", "verify", "clean"]
-    assert "type=secret,id=ca_bundle" in runs  # the CA bundle is a secret, not a layer
-    assert not re.search(r"^\s*(COPY|ADD)\s+\S*wheelhouse", DOCKERFILE.read_text(), re.M)
-
-
-@pytest.mark.parametrize("flavour", ["gpu", "cpu"])
-def test_definition_pins_agree_with_the_dockerfile(flavour: str) -> None:
+@pytest.mark.parametrize("flavour", matrix.FLAVOURS)
+def test_definition_build_args_are_the_dockerfiles_args(flavour: str) -> None:
     recipe, text = parse_def(f"ctrain-{flavour}.def")
     assert header(text, "Bootstrap") == "docker"
     assert recipe.fromHeader == "debian:12-slim"  # type: ignore[attr-defined]
-    post = exports(recipe.install)  # type: ignore[attr-defined]
-    assert post.pop("FLAVOUR") == flavour
-    assert post == expected_pins(flavour)
+    assert placeholders(text) == BUILD_ARGS
+    assert "%arguments" not in text  # no defaults: a missing build arg fails the build
+    post = recipe.install  # type: ignore[attr-defined]
+    exported = dict(re.findall(r"^\s*export (\w+)=(.+?)\s*$", "\n".join(post), re.M))
+    assert exported == {name: f"{{{{ {name} }}}}" for name in BUILD_ARGS}
+    assert "/opt/ctrain/install.sh all" in post
+    files = [f.split() for f in recipe.files]  # type: ignore[attr-defined]
+    assert files == [
+        ["docker/install.sh", "/opt/ctrain/install.sh"],
+        [f"build/wheelhouse/{flavour}-tf{{{{", "TF_VERSION", "}}", "/wheelhouse"],
+        ["build/wheelhouse/ctrain", "/wheelhouse-ctrain"],
+    ]
+
+
+@pytest.mark.parametrize("flavour", matrix.FLAVOURS)
+def test_definition_labels_are_the_dockerfiles(flavour: str) -> None:
+    recipe, _ = parse_def(f"ctrain-{flavour}.def")
     labels = dict(line.split(None, 1) for line in recipe.labels)  # type: ignore[attr-defined]
-    for label, pin in LABEL_PINS.items():
-        assert labels[label] == expected_pins(flavour)[pin], label
+    wanted = dockerfile_labels()
+    assert labels.keys() - {"org.opencontainers.image.licenses"} <= wanted.keys()
+    assert {k for k in wanted if k.startswith("io.ctrain.")} <= labels.keys()
+    assert labels["org.opencontainers.image.title"] == f"ctrain-{flavour}"
+    for key, value in labels.items():
+        if key != "org.opencontainers.image.title":
+            assert value == wanted[key], key
+
+
+@pytest.mark.parametrize(("tf", "flavour"), CASES)
+def test_a_definition_builds_with_the_matrix_pins_only(
+    tmp_path: Path, tf: str, flavour: str
+) -> None:
+    """Built by the Apptainer stand-in as `make image` does (--build-arg-file): the labels are the
+    matrix's; a missing pin and a pin the definition does not take are fatal (facts: build)."""
+    box: Sandbox = sandbox(tmp_path)
+    fake_apptainer.install(box.bin, "apptainer")
+    pins = build_args(tf, flavour)
+    arg_file = tmp_path / "pins.env"
+    arg_file.write_text("".join(f"{k}={v}\n" for k, v in pins.items()))
+    spec = str(DEFS / f"ctrain-{flavour}.def")
+    built = fake_apptainer.run(box, "build", "--build-arg-file", str(arg_file), "o.sif", spec)
+    assert built.returncode == 0, built.stderr
+    shown = json.loads(fake_apptainer.run(box, "inspect", "--json", "o.sif").stdout)
+    labels = shown["data"]["attributes"]["labels"]
+    assert labels["io.ctrain.tensorflow.version"] == tf
+    assert labels["io.ctrain.nccl.version"] == pins["NCCL_VERSION"]
     assert labels["io.ctrain.flavour"] == flavour
-    assert "/opt/ctrain/install.sh all" in recipe.install  # type: ignore[attr-defined]
+    arg_file.write_text("".join(f"{k}={v}\n" for k, v in pins.items() if k != "TFDS_VERSION"))
+    again = ["build", "-F", "--build-arg-file", str(arg_file)]
+    missing = fake_apptainer.run(box, *again, "o.sif", spec)
+    assert missing.returncode == 255 and "TFDS_VERSION" in missing.stderr
+    extra = ["--build-arg", "TFDS_VERSION=1", "--build-arg", "PYTHON=3"]
+    unused = fake_apptainer.run(box, *again, *extra, "o.sif", spec)
+    assert unused.returncode == 255 and "PYTHON" in unused.stderr
+
+
+@pytest.mark.parametrize("flavour", matrix.FLAVOURS)
+def test_a_definition_refuses_the_other_flavours_pins(flavour: str) -> None:
+    """%post's first step: the FLAVOUR build arg must be the definition's own."""
+    recipe, _ = parse_def(f"ctrain-{flavour}.def")
+    post = "\n".join(recipe.install)  # type: ignore[attr-defined]
+    check = post.split("export ", 1)[0]  # the lines before the exports
+    for given in matrix.FLAVOURS:
+        script = check.replace("{{ FLAVOUR }}", given)
+        done = subprocess.run(["sh", "-ec", script], capture_output=True, text=True, timeout=30)
+        assert (done.returncode == 0) == (given == flavour), done.stderr
+        if given != flavour:
+            assert f"FLAVOUR={given}" in done.stderr and "Fix:" in done.stderr
 
 
 @pytest.mark.parametrize("name", ["ctrain-gpu.def", "ctrain-cpu.def", "from-docker.def"])
@@ -157,72 +213,105 @@ def test_definition_sections(name: str) -> None:
     if name == "from-docker.def":
         assert header(text, "Bootstrap") == "docker-daemon"
         assert header(text, "From") == "{{ IMAGE }}"
-        assert not exports(recipe.install)  # type: ignore[attr-defined]  # nothing pinned here
-    else:
-        flavour = name.split("-")[1].removesuffix(".def")
-        files = [f.split() for f in recipe.files]  # type: ignore[attr-defined]
-        assert ["docker/install.sh", "/opt/ctrain/install.sh"] in files
-        assert [f"build/wheelhouse/{flavour}", "/wheelhouse"] in files
-        assert ["build/wheelhouse/ctrain", "/wheelhouse-ctrain"] in files
+
+
+def test_dockerfile_entrypoint_and_steps() -> None:
+    instructions = dockerfile_instructions()
+    (entrypoint,) = [rest for word, rest in instructions if word == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == ["ctrain", "launch", "--"]
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    steps = re.findall(r"/opt/ctrain/install\.sh ([a-z ]+)", runs)
+    assert " ".join(steps).split() == ["system", "python", "ctrain", "verify", "clean"]
+    assert "type=secret,id=ca_bundle" in runs  # the CA bundle is a secret, not a layer
+    assert not re.search(r"^\s*(COPY|ADD)\s+\S*wheelhouse", DOCKERFILE.read_text(), re.M)
 
 
 def test_install_script_needs_only_what_the_recipes_set() -> None:
     needed = set(re.findall(r"\bneed ([A-Z_ ]+)", INSTALL.read_text()))
     names = {n for group in needed for n in group.split()}
-    assert names - {"FLAVOUR"} <= set(PINS)
-    assert set(PINS) <= names  # every pin is checked against what got installed
+    assert names - {"FLAVOUR"} <= BUILD_ARGS
+    assert BUILD_ARGS - {"FLAVOUR"} <= names  # every pin is checked against what got installed
 
 
-def test_image_build_script_blanks_the_gpu_pins_and_passes_the_ca_as_a_secret() -> None:
+def test_image_build_passes_the_matrix_pins_and_the_ca_as_a_secret() -> None:
     text = (REPO / "scripts" / "image-build.sh").read_text()
-    m = re.search(r"for pin in ([A-Z_ ]+); do", text)
-    assert m and set(m.group(1).split()) == set(GPU_ONLY)
+    assert 'matrix.py pins "$tf" "$flavour"' in text
     assert '--secret "id=ca_bundle,src=$CA_BUNDLE"' in text
     # the bundle is never a build argument (those stay in the image's history)
     assert not re.search(r"--build-arg[^\n]*CA_BUNDLE", text)
 
 
-def test_pyproject_and_makefile_agree() -> None:
-    args = dockerfile_args()
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["version"] == args["CTRAIN_VERSION"]
-    train = project["optional-dependencies"]["train"]
-    assert f"tensorflow=={args['TF_VERSION']}" in train
-    assert f"tf-keras=={args['KERAS_VERSION']}" in train
-    makefile = (REPO / "Makefile").read_text()
-    assert re.search(rf"^HOROVOD_VERSION \?= {re.escape(args['HOROVOD_VERSION'])}$", makefile, re.M)
-    assert any(d.startswith("spython") for d in project["optional-dependencies"]["dev"])
+def test_pyproject_train_extra_admits_every_row_and_not_the_next_minor() -> None:
+    train = [Requirement(r) for r in PYPROJECT["optional-dependencies"]["train"]]
+    specs = {r.name: r.specifier for r in train if r.name in ("tensorflow", "tf-keras")}
+    assert specs.keys() == {"tensorflow", "tf-keras"}
+    for row in ROWS:
+        assert row.tensorflow in specs["tensorflow"] and row.tf_keras in specs["tf-keras"]
+    newest = max(Version(row.tensorflow) for row in ROWS)
+    beyond = f"{newest.major}.{newest.minor + 1}.0"
+    assert beyond not in specs["tensorflow"] and beyond not in specs["tf-keras"]
+    assert any(d.startswith("spython") for d in PYPROJECT["optional-dependencies"]["dev"])
 
 
-@pytest.mark.parametrize("flavour", ["gpu", "cpu"])
-def test_requirements_of_a_flavour(flavour: str) -> None:
-    env = {"FLAVOUR": flavour, "PATH": "/usr/bin:/bin"} | expected_pins(flavour)
+@pytest.mark.parametrize(("tf", "flavour"), CASES)
+def test_install_requirements_are_the_matrix_pins(tf: str, flavour: str) -> None:
+    env = {"PATH": "/usr/bin:/bin"} | build_args(tf, flavour)
     done = subprocess.run(
         ["bash", str(INSTALL), "requirements"], env=env, capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.split()
-    tf = "tensorflow[and-cuda]" if flavour == "gpu" else "tensorflow"
-    assert f"{tf}=={env['TF_VERSION']}" in lines
-    assert f"tf-keras=={env['KERAS_VERSION']}" in lines
-    assert f"tensorflow-datasets=={env['TFDS_VERSION']}" in lines
+    pinned = {
+        Requirement(line).name: str(Requirement(line).specifier)
+        for line in done.stdout.split()
+        if "==" in line
+    }
+    row = matrix.find(ROWS, tf)
+    wanted = dict(line.split("==") for line in matrix.constraints(row, flavour))
+    for name, version in pinned.items():
+        assert wanted[name] == version.removeprefix("=="), name
+    assert {"tensorflow", "tf-keras", "tensorflow-datasets"} <= pinned.keys()
+    cuda = {matrix.CUDA_RUNTIME, matrix.CUDNN, matrix.NCCL}
+    assert cuda <= pinned.keys() if flavour == "gpu" else not cuda & pinned.keys()
+    extras = "[and-cuda]" if flavour == "gpu" else ""
+    assert f"tensorflow{extras}=={tf}" in done.stdout.split()
 
 
-def test_cuda_pins_are_tensorflows_own() -> None:
-    """The CUDA, cuDNN and NCCL labels are the versions TensorFlow's and-cuda extra pins."""
+def test_cuda_pins_satisfy_the_installed_tensorflows_and_cuda_extra() -> None:
+    """The CUDA wheels of the installed TensorFlow's row are what its and-cuda extra allows."""
     try:
         requires = importlib.metadata.requires("tensorflow") or []
         version = importlib.metadata.version("tensorflow")
     except importlib.metadata.PackageNotFoundError:
         need(False, "tensorflow is not installed (make install)")
         raise
-    args = dockerfile_args()
-    assert version == args["TF_VERSION"]
-    pins: dict[str, str] = {}
-    for req in requires:
-        m = re.match(r"(nvidia-[\w-]+)\s*==\s*([\w.]+).*extra == .and-cuda.", req)
-        if m:
-            pins[m.group(1)] = m.group(2)
-    assert pins["nvidia-cuda-runtime-cu12"] == args["CUDA_VERSION"]
-    assert pins["nvidia-cudnn-cu12"] == args["CUDNN_VERSION"]
-    assert pins["nvidia-nccl-cu12"] == args["NCCL_VERSION"]
+    row = matrix.find(ROWS, version)
+    allowed: dict[str, SpecifierSet] = {}
+    for line in requires:
+        req = Requirement(line)
+        cuda = req.name.startswith("nvidia")
+        if cuda and req.marker and req.marker.evaluate({"extra": "and-cuda"}):
+            allowed[req.name] = req.specifier
+    assert allowed.keys() == row.cuda_wheels.keys()
+    for name, pin in row.cuda_wheels.items():
+        assert pin in allowed[name], (name, pin, str(allowed[name]))
+
+
+def test_the_docs_matrix_tables_are_the_matrix() -> None:
+    """docs/images.md's "Versions: the matrix": a GPU table, then a CPU table, a row per TensorFlow
+    in the matrix's order."""
+    text = (REPO / "docs" / "images.md").read_text()
+    section = text.split("## Versions: the matrix", 1)[1].split("\n## ", 1)[0]
+    cells = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if re.match(r"^\| \d", line)
+    ]
+    wanted = []
+    for flavour in matrix.FLAVOURS:
+        for number, row in enumerate(ROWS):
+            pins = matrix.pins(row, flavour)
+            names = ["KERAS_VERSION", "TFDS_VERSION", "HOROVOD_VERSION", "CUDA_VERSION"]
+            names += ["CUDNN_VERSION", "NCCL_VERSION", "OPENMPI_VERSION"]
+            first = row.tensorflow + (" (default)" if number == 0 else "")
+            wanted.append([first, *(pins[name] for name in names)])
+    assert cells[: len(wanted)] == wanted
