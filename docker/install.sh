@@ -12,7 +12,8 @@
 #   install.sh ctrain          ctrain from its wheel
 #   install.sh verify          installed versions == pins; `horovodrun --check-build` gate
 #                              (TensorFlow, MPI, Gloo; NCCL too for gpu); gpu: Horovod's ops load
-#                              beside TensorFlow's CUDA 12 libraries
+#                              beside TensorFlow's CUDA 12 libraries; a 2-rank allreduce under
+#                              mpirun and under horovodrun --gloo
 #   install.sh clean           apt lists and caches
 #   install.sh all             system python ctrain verify clean
 #   install.sh requirements    print the Python requirements of FLAVOUR (used by the wheelhouse)
@@ -324,6 +325,19 @@ print(f"install.sh: verify: Horovod's ops ({os.path.basename(ops)}) load beside 
 EOF
 }
 
+# A 2-rank allreduce under each controller (ctrain.train.allreduce_check): Open MPI's mpirun and
+# horovodrun --gloo, on the loopback interface (a build has no other network to rely on).
+allreduce_proof() {
+    local -a check=("$PY" -m ctrain.train.allreduce_check 2)
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2 \
+        mpirun --oversubscribe -np 2 --mca btl self,vader "${check[@]}" >&2 \
+        || die "a 2-rank allreduce under mpirun failed (output above)"
+    TF_CPP_MIN_LOG_LEVEL=2 "$CTRAIN_VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo \
+        --network-interfaces lo "${check[@]}" >&2 \
+        || die "a 2-rank allreduce under horovodrun --gloo failed (output above)"
+    log "verify: a 2-rank allreduce is right under mpirun and horovodrun --gloo"
+}
+
 cmd_verify() {
     flavour
     need TF_VERSION KERAS_VERSION TFDS_VERSION HOROVOD_VERSION OPENMPI_VERSION CTRAIN_VERSION
@@ -357,6 +371,7 @@ cmd_verify() {
     log "verify: horovodrun --check-build marks ${features[*]}"
     [ "$FLAVOUR" = cpu ] || gpu_load_proof
     "$CTRAIN_VENV/bin/ctrain" --version >&2
+    allreduce_proof
     local name
     for name in FLAVOUR TF_VERSION KERAS_VERSION TFDS_VERSION HOROVOD_VERSION OPENMPI_VERSION \
         CUDA_VERSION CUDNN_VERSION NCCL_VERSION HOROVOD_NVCC_VERSION CTRAIN_VERSION; do
