@@ -1,4 +1,4 @@
-"""Keras callbacks for multi-replica training, written for tf_keras on TensorFlow 2.18.
+"""Keras callbacks for multi-replica training, written for tf_keras (TensorFlow 2.18 to 2.21).
 
 Horovod's own Keras callbacks import Keras 3's backend and fail there, so ctrain has its own:
 initial-weight broadcast and metric averaging (Horovod), and a learning-rate warm-up (any mode).

@@ -1,4 +1,4 @@
-"""Horovod's Keras API on TF 2.18 + tf-keras in one process: what ctrain's patch set fixes.
+"""Horovod's Keras API on TensorFlow + tf-keras in one process: what ctrain's patch set fixes.
 
     python hvd_keras_api.py OUT_DIR
 
