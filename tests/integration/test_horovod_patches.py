@@ -1,5 +1,5 @@
 """The Horovod that `make install` puts in the venv is built with ctrain's patch set
-(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works on TF 2.18 + tf-keras."""
+(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works on every TensorFlow of the matrix with tf-keras."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from tests.helpers import REPO
 from .jobs import BIN, SCRIPTS, clean_env, run
 
 PATCHES = REPO / "patches" / "horovod-0.28.1"
+pytestmark = pytest.mark.modes  # the patch set differs per TensorFlow (series)
+
 EPOCHS = 6  # the change is asked for after epoch 2; the survivor goes on to the end
 
 

@@ -23,6 +23,7 @@ def same_weights(a: dict[str, object], b: dict[str, object]) -> bool:
     return a["weights"] == b["weights"]
 
 
+@pytest.mark.modes
 @pytest.mark.tensorflow
 def test_plain_python_is_single(tmp_path: Path) -> None:
     run(train(tmp_path, epochs=2), clean_env())
@@ -32,6 +33,7 @@ def test_plain_python_is_single(tmp_path: Path) -> None:
     assert (tmp_path / "ckpt" / "weights.weights.h5").is_file()
 
 
+@pytest.mark.modes
 @pytest.mark.tensorflow
 def test_mirrored_on_request(tmp_path: Path) -> None:
     run([CTRAIN, "launch", "--mode", "mirrored", "--", *train(tmp_path, epochs=2)], clean_env())
@@ -76,6 +78,7 @@ def test_explain_under_srun_gives_each_rank_its_place(tmp_path: Path) -> None:
     assert [p["tf_config"]["task"]["index"] for p in plans] == [0, 1]
 
 
+@pytest.mark.modes
 @pytest.mark.slurm
 @pytest.mark.tensorflow
 def test_multiworker_under_srun_despite_a_dead_proxy(tmp_path: Path) -> None:
@@ -120,6 +123,7 @@ def test_two_jobs_on_one_node_do_not_collide(tmp_path: Path) -> None:
         assert same_weights(*reports(out, 2))
 
 
+@pytest.mark.modes
 @pytest.mark.slurm
 @pytest.mark.horovod
 def test_horovod_under_srun_pmix(tmp_path: Path) -> None:
@@ -149,6 +153,7 @@ def test_horovod_under_srun_pmix(tmp_path: Path) -> None:
     assert not (Path(str(worker["checkpoint"]))).exists()
 
 
+@pytest.mark.modes
 @pytest.mark.slurm
 @pytest.mark.mpi
 @pytest.mark.horovod
