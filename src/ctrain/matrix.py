@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 MATRIX = Path(__file__).with_name("matrix.toml")
 FLAVOURS = ("gpu", "cpu")

@@ -1,5 +1,6 @@
 """The Horovod that `make install` puts in the venv is built with ctrain's patch set
-(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works on every TensorFlow of the matrix with tf-keras."""
+(patches/horovod-0.28.1, docs/horovod-patches.md) and its Keras API works with tf-keras, on
+every TensorFlow of the matrix."""
 
 from __future__ import annotations
 
