@@ -93,6 +93,9 @@ cmd_requirements() {
         echo "tensorflow==$TF_VERSION"
     fi
     echo "tf-keras==$KERAS_VERSION"
+    # TensorFlow >= 2.20 no longer pulls TensorBoard (Keras's TensorBoard callback needs it); the
+    # wheelhouse holds the matrix's version of it (scripts/wheelhouse.sh's constraints)
+    echo tensorboard
     echo "tensorflow-datasets==$TFDS_VERSION"
     # Horovod's runtime dependencies, and the tools its sdist builds with (--no-build-isolation)
     printf '%s\n' cloudpickle psutil pyyaml packaging setuptools wheel

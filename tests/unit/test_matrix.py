@@ -19,6 +19,7 @@ horovod_nvcc = "7.7"
 [[tensorflow]]
 version = "3.2.1"
 tf_keras = "3.2.0"
+tensorboard = "3.2.2"
 tensorflow_datasets = "5.0"
 horovod = "1.0"
 [tensorflow.cuda_wheels]
@@ -30,6 +31,7 @@ nvidia-cublas-cu12 = "12.1"
 [[tensorflow]]
 version = "3.1.0"
 tf_keras = "3.1.0"
+tensorboard = "3.1.1"
 tensorflow_datasets = "5.0"
 horovod = "1.0"
 [tensorflow.cuda_wheels]
@@ -50,6 +52,7 @@ SERIES = """# name  range
 def test_parse_reads_every_row_in_order_with_the_shared_fields() -> None:
     assert [row.tensorflow for row in ROWS] == ["3.2.1", "3.1.0"]
     assert (NEW.tf_keras, NEW.tensorflow_datasets, NEW.horovod) == ("3.2.0", "5.0", "1.0")
+    assert (NEW.tensorboard, OLD.tensorboard) == ("3.2.2", "3.1.1")
     assert NEW.openmpi == OLD.openmpi == "9.1"
     assert NEW.horovod_nvcc == OLD.horovod_nvcc == "7.7"
     assert OLD.cuda_wheels[matrix.NCCL] == "2.8"
@@ -111,7 +114,12 @@ def test_pins_refuse_an_unknown_flavour(flavour: str) -> None:
 
 
 def test_constraints_of_each_flavour() -> None:
-    base = ["tensorflow==3.2.1", "tf-keras==3.2.0", "tensorflow-datasets==5.0"]
+    base = [
+        "tensorflow==3.2.1",
+        "tf-keras==3.2.0",
+        "tensorboard==3.2.2",
+        "tensorflow-datasets==5.0",
+    ]
     assert matrix.constraints(NEW, "cpu") == base
     assert matrix.constraints(NEW, "gpu") == base + [
         "nvidia-cublas-cu12==12.1",
