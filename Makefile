@@ -36,18 +36,23 @@ install: $(VPY)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's 
 horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)
 
-# NODES=N adds N compute hosts cn01..cnNN (partition `cluster`, docs/cluster.md) to the one-node
-# partition `debug`; CI uses NODES=3.
-NODES ?= 0
-services:  ## start munge, slurmctld + slurmd (one node; NODES=N adds N hosts), dockerd (root)
+# NODES=N compute hosts cn01..cnNN (partition `cluster`, docs/cluster.md) beside the one-node
+# partition `debug`: 3 by default, as many as the multi-node tests use; NODES=0 for none.
+NODES ?= 3
+services:  ## start munge, slurmctld + slurmd (partition debug, plus NODES=3 compute hosts), dockerd, a registry (root)
 	CTRAIN_SERVICES_NODES=$(NODES) scripts/services.sh start
 
 services-stop:  ## stop what `make services` started (and remove its compute hosts)
 	scripts/services.sh stop
 
-test:  ## all tests on TF_VERSION (unit and real Slurm, MPI, Docker, TensorFlow, Horovod), then test-matrix
-	@rc=0; $(MAKE) --no-print-directory test-suite || rc=$$?; \
-	  $(MAKE) --no-print-directory test-matrix || rc=$$((rc ? rc : $$?)); exit $$rc
+# README's test command ends here, and so does CI (.ci/run is `make system install services test`
+# with CI=true). Each part runs even when one before it failed, and any failure fails the whole.
+test:  ## lint, all tests on TF_VERSION (unit and real Slurm, MPI, Docker, TensorFlow, Horovod), then test-matrix
+	@rc=0; for part in lint test-suite test-matrix; do \
+	  echo "== make $$part: start $$(date -u +%FT%TZ)"; \
+	  $(MAKE) --no-print-directory $$part || rc=$$?; \
+	  echo "== make $$part: end $$(date -u +%FT%TZ)"; \
+	done; exit $$rc
 
 test-suite:  ## all tests on TF_VERSION only
 	$(VPY) -m pytest -ra tests

@@ -15,7 +15,7 @@
 #           compute hosts, if any; never fails.
 #   status  one line per service; exits 0 only if all of them run.
 #
-# CTRAIN_SERVICES_NODES=N (make services NODES=N; default 0) adds N compute hosts cn01..cnNN in
+# CTRAIN_SERVICES_NODES=N (default 0 here; `make services` passes NODES, 3 by default) adds N compute hosts cn01..cnNN in
 # partition `cluster` (scripts/cluster.sh, docs/cluster.md): the one-node partition `debug` on
 # this host stays the default. N=0 removes compute hosts an earlier start made.
 #

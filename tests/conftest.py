@@ -11,6 +11,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -19,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.users import ensure_test_user
+
 CLUSTER_PARTITION = "cluster"  # scripts/cluster.sh: compute hosts cn01..cnNN
-CLUSTER_NODES = 3  # as many as `make services NODES=3` (CI) makes; the tests use up to 3
+CLUSTER_NODES = 3  # as many as `make services` makes (NODES=3); the tests use up to 3
 # /tmp is private to each compute host (docs/cluster.md); files a multi-node job shares go here.
 CLUSTER_SHARED_TMP = "/var/tmp"
 
@@ -45,7 +48,7 @@ def missing(marker: str) -> str | None:
             return "srun not found (make system)"
         n = str(CLUSTER_NODES)
         if not _run_ok(["srun", "-p", CLUSTER_PARTITION, "-N", n, "-n", n, "-t", "1", "true"]):
-            return f"no {n} compute hosts in partition {CLUSTER_PARTITION} (make services NODES=3)"
+            return f"no {n} compute hosts in partition {CLUSTER_PARTITION} (make services)"
     elif marker == "mpi":
         if not shutil.which("mpirun"):
             return "mpirun not found (make system)"
@@ -123,6 +126,12 @@ def charliecloud_image() -> Iterator[Path]:
         return
     with cluster_dir() as root:
         yield pull_cpu_image(root)
+
+
+@pytest.fixture(scope="session")
+def test_user() -> pwd.struct_passwd:
+    """The unprivileged user ``ctrain-test`` with every group a test needs (tests/users.py)."""
+    return ensure_test_user()
 
 
 @pytest.fixture

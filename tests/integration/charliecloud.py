@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers import CTRAIN, need
+from tests.helpers import CTRAIN
 
 from .images import ci_cpu_image
 from .jobs import clean_env
@@ -21,7 +21,6 @@ OUT_DIR = "/mnt"  # where they bind their output directory
 def pull_cpu_image(root: Path) -> Path:
     """ctrain's pull of the CPU image into ``root/cache``; the image directory."""
     image = ci_cpu_image()
-    need(image is not None, "no CPU image (ctrain:ci-cpu, built by test_built_images.py)")
     cache = root / "cache"
     env = clean_env(CTRAIN_CACHE_DIR=str(cache), CTRAIN_MIN_FREE_GB="4", USER="root")
     argv = [CTRAIN, "pull", "--runtime", "charliecloud", f"docker-daemon://{image}"]

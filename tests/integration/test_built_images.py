@@ -6,13 +6,12 @@ flavour of the default TensorFlow built on this GPU-less machine, its own `horov
 --check-build` gate passing with NCCL marked. No test names a version: they are the matrix's.
 
 Builds go through the Makefile (`make wheelhouse`, `make image-cpu`, `make image`, `make push`)
-with Docker (APPTAINER is blanked: there is no apptainer here). Docker's layer cache and pip's
+with Docker (APPTAINER blanked: tests/integration/images.make). Docker's layer cache and pip's
 cache live outside the repository, so a warm run rebuilds nothing."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY
 
-from .images import REPO, base_image
+from .images import BUILD_TIMEOUT, DEFAULT, REPO, TAG, base_image, build_cpu, make
 from .jobs import clean_env, reports, run
 from .test_bench_real import TINY
 
@@ -33,31 +32,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TAG = "ci"
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
-BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
 ROWS = matrix.load()
-DEFAULT = ROWS[0].tensorflow
 OTHERS = [row.tensorflow for row in ROWS[1:]]
-
-
-def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[float, str]:
-    """Run a make target in the repository; its wall time in seconds and its output."""
-    t0 = time.monotonic()
-    done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), *args, "APPTAINER=", f"TAG={tag}"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHON": "python3"},
-    )
-    elapsed = time.monotonic() - t0
-    assert done.returncode == 0, (
-        f"make {' '.join(args)}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    )
-    print(f"make {' '.join(args)}: {elapsed:.0f} s")
-    return elapsed, done.stdout + done.stderr
 
 
 # label -> the pin it shows
@@ -104,14 +82,6 @@ def docker_run(image: str, *argv: str, timeout: float = 300) -> subprocess.Compl
 @pytest.fixture(scope="module")
 def base() -> str:
     return base_image()
-
-
-def build_cpu(base: str, tf: str) -> str:
-    """The CPU image of TensorFlow ``tf``, as the Makefile names it: the default TensorFlow's
-    TAG-cpu, another's TAG-tfVERSION-cpu."""
-    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={tf}")
-    make("image-cpu", f"BASE_IMAGE={base}", f"TF_VERSION={tf}")
-    return f"ctrain:{TAG}-cpu" if tf == DEFAULT else f"ctrain:{TAG}-tf{tf}-cpu"
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CTRAIN, SYSTEM_PATH, wait_for
+from tests.users import TEST_USER
 
 from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .images import REPO
 from .jobs import SCRIPTS, clean_env, run
-from .test_exec_docker import TEST_USER
 from .test_multinode import probe, reports, same_weights
 
 TIMEOUT = 120
@@ -37,20 +37,13 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def user() -> pwd.struct_passwd:
-    if subprocess.run(["id", TEST_USER], capture_output=True, timeout=30).returncode != 0:
-        subprocess.run(["useradd", "--create-home", TEST_USER], check=True, timeout=30)
-    return pwd.getpwnam(TEST_USER)
-
-
 @pytest.fixture
-def work(user: pwd.struct_passwd) -> Iterator[Path]:
+def work(test_user: pwd.struct_passwd) -> Iterator[Path]:
     """A directory the test user owns."""
     path = Path(tempfile.mkdtemp(prefix="ctrain-ch-"))
     try:
         path.chmod(0o755)
-        os.chown(path, user.pw_uid, user.pw_gid)
+        os.chown(path, test_user.pw_uid, test_user.pw_gid)
         yield path
     finally:
         shutil.rmtree(path)
@@ -91,27 +84,29 @@ def exec_as(
 
 
 def test_bind_workdir_and_ownership(
-    charliecloud_image: Path, user: pwd.struct_passwd, work: Path
+    charliecloud_image: Path, test_user: pwd.struct_passwd, work: Path
 ) -> None:
     (work / "sub").mkdir()
-    os.chown(work / "sub", user.pw_uid, user.pw_gid)
+    os.chown(work / "sub", test_user.pw_uid, test_user.pw_gid)
     script = "pwd; id -u; echo made > out; cat /proc/self/uid_map"
     argv = ["--no-launch", "-B", f"{work}:{OUT_DIR}", str(charliecloud_image)]
-    done = exec_as(user, work / "sub", *argv, "--", "sh", "-c", script)
+    done = exec_as(test_user, work / "sub", *argv, "--", "sh", "-c", script)
     assert done.returncode == 0, done.stderr
     cwd, uid, *_ = done.stdout.split()
     assert cwd == f"{OUT_DIR}/sub"  # the host's working directory, where the bind shows it
-    assert uid == str(user.pw_uid)  # unprivileged: the caller's own uid, in a user namespace
+    assert uid == str(test_user.pw_uid)  # unprivileged: the caller's own uid, in a user namespace
     made = (work / "sub" / "out").stat()
-    assert (made.st_uid, made.st_gid) == (user.pw_uid, user.pw_gid)
-    refused = exec_as(user, work, "-B", f"{work}:/nowhere", str(charliecloud_image), "--", "true")
+    assert (made.st_uid, made.st_gid) == (test_user.pw_uid, test_user.pw_gid)
+    refused = exec_as(
+        test_user, work, "-B", f"{work}:/nowhere", str(charliecloud_image), "--", "true"
+    )
     assert refused.returncode != 0
     assert refused.stderr.startswith("ctrain: error: bind destination /nowhere"), refused.stderr
     assert f"-B {work}:/mnt" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_the_container_environment_is_exactly_the_images_and_the_chosen(
-    charliecloud_image: Path, user: pwd.struct_passwd, work: Path
+    charliecloud_image: Path, test_user: pwd.struct_passwd, work: Path
 ) -> None:
     env_file = work / "vars.env"
     env_file.write_text("FROM_FILE=two words\n")
@@ -125,7 +120,7 @@ def test_the_container_environment_is_exactly_the_images_and_the_chosen(
     }
     script = "import json, os; print(json.dumps(dict(os.environ)))"
     done = exec_as(
-        user,
+        test_user,
         work,
         "--no-launch",
         "--env",
@@ -160,15 +155,17 @@ def test_the_container_environment_is_exactly_the_images_and_the_chosen(
 
 
 def test_exit_code_and_signal(
-    charliecloud_image: Path, user: pwd.struct_passwd, work: Path
+    charliecloud_image: Path, test_user: pwd.struct_passwd, work: Path
 ) -> None:
-    done = exec_as(user, work, "--no-launch", str(charliecloud_image), "--", "sh", "-c", "exit 7")
+    done = exec_as(
+        test_user, work, "--no-launch", str(charliecloud_image), "--", "sh", "-c", "exit 7"
+    )
     assert done.returncode == 7, done.stderr
     pid_file = work / "pid"
     script = f"echo $$ > {OUT_DIR}/pid; exec sleep 600"
     argv = ["--no-launch", "-B", f"{work}:{OUT_DIR}", str(charliecloud_image), "--"]
     started = subprocess.Popen(
-        as_user(user, *argv, "sh", "-c", script), env=USER_ENV, cwd=work, text=True
+        as_user(test_user, *argv, "sh", "-c", script), env=USER_ENV, cwd=work, text=True
     )
     try:
         wait_for(
@@ -177,7 +174,7 @@ def test_exit_code_and_signal(
             timeout=TIMEOUT,
         )
         pid = int(pid_file.read_text())
-        assert Path(f"/proc/{pid}/status").read_text().count(f"\t{user.pw_uid}\t") >= 1
+        assert Path(f"/proc/{pid}/status").read_text().count(f"\t{test_user.pw_uid}\t") >= 1
         os.kill(pid, signal.SIGTERM)  # the command ctrain exec'd through ch-run: same pid
         assert started.wait(timeout=TIMEOUT) == 128 + signal.SIGTERM
     finally:

@@ -10,18 +10,17 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import CTRAIN
+from tests.users import TEST_USER
 
 from . import passthrough
 from .images import REPO, ctrain_min_image
 from .jobs import clean_env, run
 
-TEST_USER = "ctrain-test"
 pytestmark = pytest.mark.docker
 
 
@@ -73,15 +72,6 @@ def test_read_only_bind_is_read_only(image: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert (data / "x").read_text() == "hi\n"
-
-
-@pytest.fixture
-def test_user() -> Iterator[pwd.struct_passwd]:
-    if subprocess.run(["id", TEST_USER], capture_output=True, timeout=30).returncode != 0:
-        subprocess.run(
-            ["useradd", "--create-home", "--groups", "docker", TEST_USER], check=True, timeout=30
-        )
-    yield pwd.getpwnam(TEST_USER)
 
 
 def test_files_written_to_a_bind_belong_to_the_caller(

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REGISTRY, need, run_ctrain
+from tests.helpers import CTRAIN, REGISTRY, run_ctrain
+from tests.users import TEST_USER
 
 from . import passthrough
 from .images import ci_cpu_image
 from .jobs import TRAIN, clean_env, reports, run
 from .podman import TIMEOUT, as_user, podman, present, push_busybox
-from .test_exec_docker import TEST_USER, test_user  # noqa: F401  (a fixture)
 
 pytestmark = [pytest.mark.podman, pytest.mark.docker, pytest.mark.timeout(TIMEOUT * 2)]
 
@@ -35,7 +35,6 @@ pytestmark = [pytest.mark.podman, pytest.mark.docker, pytest.mark.timeout(TIMEOU
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The CPU image in podman's store, pulled from the local registry by ctrain."""
     built = ci_cpu_image()
-    need(built is not None, "no CPU image (ctrain:ci-cpu, built by test_built_images.py)")
     ref = f"{REGISTRY}/{built}"
     for argv in (["docker", "tag", str(built), ref], ["docker", "push", ref]):  # this checkout's
         subprocess.run(argv, capture_output=True, timeout=900, check=True)
@@ -186,7 +185,7 @@ def rootless_image(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
-def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:  # noqa: F811
+def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:
     work = Path(tempfile.mkdtemp(prefix="ctrain-podman-"))
     try:
         work.chmod(0o755)
@@ -198,7 +197,7 @@ def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:  # noqa: F811
 
 def test_files_written_to_a_bind_belong_to_the_caller(
     rootless_image: str,
-    test_user: pwd.struct_passwd,  # noqa: F811
+    test_user: pwd.struct_passwd,
     user_dir: Path,
 ) -> None:
     done = as_user(

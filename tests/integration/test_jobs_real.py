@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, need, wait_for
+from tests.helpers import CTRAIN, wait_for
 
 from .images import ci_cpu_image
 from .jobs import BIN, SCRIPTS, clean_env
@@ -256,7 +256,6 @@ def test_multiworker_job_script_through_docker_requeued_once(
     uninterrupted: Path, tmp_path: Path, jobs_to_cancel: list[str]
 ) -> None:
     image = ci_cpu_image()
-    need(image is not None, "no CPU image (ctrain:ci-cpu, built by test_built_images.py)")
     assert image is not None
     shutil.copy(RESUMABLE, tmp_path / "train.py")  # docker binds the working directory
     out = tmp_path / "out"

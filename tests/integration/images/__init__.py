@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -9,12 +10,18 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 from pathlib import Path
+
+from ctrain import matrix
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (make system)
 BUSYBOX_BASE = "ctrain-test/busybox-base:1"
+TAG = "ci"  # the tag of the images the tests build: ctrain:ci-cpu, ctrain:ci, ...
+BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
+DEFAULT = matrix.load()[0].tensorflow  # the matrix's default TensorFlow
 
 
 def base_image() -> str:
@@ -74,15 +81,39 @@ def ctrain_min_image() -> str:
     return name
 
 
-def ci_cpu_image() -> str | None:
-    """The CPU image of issue 7's recipe built in this CI run
-    (tests/integration/test_built_images.py builds ctrain:ci-cpu from this checkout), or
-    $CTRAIN_TEST_CPU_IMAGE."""
-    wanted = os.environ.get("CTRAIN_TEST_CPU_IMAGE", "ctrain:ci-cpu")
-    if shutil.which("docker") is None:
-        return None
-    found = subprocess.run(["docker", "image", "inspect", wanted], capture_output=True, timeout=60)
-    return wanted if found.returncode == 0 else None
+def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[float, str]:
+    """Run a make target in the repository with Docker (APPTAINER blanked: the image targets
+    would build a SIF where apptainer is installed); its wall time in seconds and its output."""
+    t0 = time.monotonic()
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(REPO), *args, "APPTAINER=", f"TAG={tag}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHON": "python3"},
+    )
+    elapsed = time.monotonic() - t0
+    assert done.returncode == 0, (
+        f"make {' '.join(args)}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    )
+    print(f"make {' '.join(args)}: {elapsed:.0f} s")
+    return elapsed, done.stdout + done.stderr
+
+
+def build_cpu(base: str, tf: str) -> str:
+    """The CPU image of TensorFlow ``tf`` built from this checkout's recipe (seconds when
+    Docker's layer cache has it), as the Makefile names it: the default TensorFlow's TAG-cpu,
+    another's TAG-tfVERSION-cpu."""
+    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={tf}")
+    make("image-cpu", f"BASE_IMAGE={base}", f"TF_VERSION={tf}")
+    return f"ctrain:{TAG}-cpu" if tf == DEFAULT else f"ctrain:{TAG}-tf{tf}-cpu"
+
+
+@functools.cache
+def ci_cpu_image() -> str:
+    """The CPU image of the default TensorFlow from this checkout (ctrain:ci-cpu), built once
+    per session by whichever test asks first, or $CTRAIN_TEST_CPU_IMAGE as it is."""
+    return os.environ.get("CTRAIN_TEST_CPU_IMAGE") or build_cpu(base_image(), DEFAULT)
 
 
 def busybox_tar() -> bytes:
