@@ -139,7 +139,7 @@ build_root() {
     new=$(mktemp -d "$APPTAINER_HOME/root.new.XXXXXX")
     chmod 0755 "$new"  # mktemp made it 0700: the root is entered by every user
     # shellcheck disable=SC2064  # $new is fixed now
-    trap "rm -rf --one-file-system '$new'" EXIT
+    trap "rm -rf --one-file-system '$new' '$new.log'" EXIT
     log "debootstrap $ROOT_SUITE from $mirror (about a minute, once)"
     # In its own mount namespace: the /proc and /sys it mounts in the target never reach the host.
     unshare --mount --propagation private \
