@@ -13,13 +13,18 @@
 # "Running inside a weak chrooted environment"), drop the old root, cd back, exec apptainer.
 # POSIX sh (dash), not bash: bash would read $BASH_ENV from the caller's environment.
 set -euf  # -f: no globbing of the paths split below
+# Every program by its full path: the caller's PATH is passed on untouched, whatever it holds.
 
 ROOT=/opt/ctrain/apptainer/root
 
 if [ "${CTRAIN_APPTAINER_STAGE:-}" != enter ]; then
-    self=$(readlink -f "$0")
+    if [ ! -x "$ROOT/usr/bin/apptainer" ]; then
+        echo "apptainer (ctrain wrapper): $ROOT/usr/bin/apptainer is missing. Fix: make system" >&2
+        exit 255
+    fi
+    self=$(/usr/bin/readlink -f "$0")
     export CTRAIN_APPTAINER_STAGE=enter
-    if [ "$(id -u)" -eq 0 ]; then
+    if [ "$(/usr/bin/id -u)" -eq 0 ]; then
         exec /usr/bin/unshare --mount --propagation private -- "$self" "$@"
     fi
     exec /usr/bin/unshare --user --map-current-user --keep-caps --mount --propagation private \
@@ -48,7 +53,7 @@ bind() {
     bound="$bound $1"
     if [ ! -e "$ROOT$1" ]; then
         # A mount point the root lacks: only root may add it (an empty directory, kept).
-        if ! { [ -d "$1" ] && mkdir -p "$ROOT$1" 2>/dev/null; }; then
+        if ! { [ -d "$1" ] && /usr/bin/mkdir -p "$ROOT$1" 2>/dev/null; }; then
             say "$1 is not reachable inside: $ROOT$1 is missing. Fix: as root, mkdir $ROOT$1"
             return 0
         fi

@@ -36,7 +36,10 @@ BIND_FILES=(etc/passwd etc/group etc/subuid etc/subgid etc/hosts etc/resolv.conf
 # apptainer.conf settings (key = value), each for a reason:
 #  - root default capabilities = no: as root this sandbox lacks CAP_SYS_RESOURCE in its bounding
 #    set, and the default (full) fails every root exec with "Requesting capability set
-#    0x1ffffffffff while permitted capability set is 0x1fffeffffff".
+#    0x1ffffffffff while permitted capability set is 0x1fffeffffff". It does not cover a
+#    build's %post, which still asks for every capability: as root, build a definition file with
+#    --fakeroot (needs root lines in /etc/subuid and /etc/subgid); a plain user builds with
+#    --ignore-subuid (in the wrapper's user namespace newuidmap is not owned by root).
 # Left at their defaults, having been checked: `mount hostfs = no` (would bind every mount of the
 # wrapper's view into containers), `bind path = /etc/localtime` and `/etc/hosts` (the wrapper
 # binds the host's /etc/hosts over the root's, so containers see the host's), `mount devpts =
