@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the Debian 12 packages ctrain's builds and tests use. Run as root (or with sudo).
-# Skips apt entirely when everything is already present, so warm runs cost nothing.
+# Install the Debian 12 packages ctrain's builds and tests use, then Apptainer (apptainer.sh).
+# Run as root (or with sudo). Skips apt entirely when everything is already present, so warm runs
+# cost nothing.
 set -euo pipefail
 
 packages=(
@@ -8,7 +9,7 @@ packages=(
     openmpi-bin libopenmpi-dev              # mpirun and headers for Horovod's MPI controller
     cmake g++ make git                      # Horovod's source build
     docker.io docker-registry               # the Docker runtime and a local registry on 127.0.0.1
-    debootstrap e2fsprogs squashfs-tools    # local base images, ext3 overlays, squashfs
+    debootstrap e2fsprogs squashfs-tools    # local base images and Apptainer's root, ext3 overlays
     busybox-static                          # a tiny static image for the docker pull tests
     shellcheck procps iproute2 python3-venv
     python3-click                           # ctrain's core on Debian's own Python (tests run it as a plain user)
@@ -23,12 +24,14 @@ for pkg in "${packages[@]}"; do
 done
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "system-packages: all present"
-    exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
     echo "system-packages: missing ${missing[*]}. Fix: run as root: sudo scripts/system-packages.sh" >&2
     exit 1
+else
+    echo "system-packages: installing ${missing[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "system-packages: installing ${missing[*]}"
-apt-get update -q
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Apptainer is not in Debian 12: Debian's sid package in a Debian 13 root (needs debootstrap above).
+"$(dirname "${BASH_SOURCE[0]}")/apptainer.sh"

@@ -1,0 +1,88 @@
+#!/bin/sh
+# /usr/local/bin/apptainer, installed by scripts/apptainer.sh: runs the Apptainer of the Debian 13
+# root $ROOT (its glibc is newer than the host's) with the caller's arguments, environment,
+# working directory and user. Every step execs the next, so this process becomes apptainer:
+# exit codes and signals (SIGTERM from srun) reach it unchanged.
+#
+# Stage 1 (this file, run by the caller): re-exec itself in a private mount namespace, as root
+# `unshare --mount`, as another user also in a user namespace that maps the caller's uid and gid
+# to themselves (`--map-current-user`: apptainer sees the caller's own uid, not root;
+# `--keep-caps`: without it util-linux's mount says "must be superuser").
+# Stage 2 (CTRAIN_APPTAINER_STAGE=enter, removed again before apptainer starts): bind the host
+# directories a job uses into $ROOT, pivot_root into it (a plain chroot makes apptainer abort:
+# "Running inside a weak chrooted environment"), drop the old root, cd back, exec apptainer.
+# POSIX sh (dash), not bash: bash would read $BASH_ENV from the caller's environment.
+set -euf  # -f: no globbing of the paths split below
+# Every program by its full path: the caller's PATH is passed on untouched, whatever it holds.
+
+ROOT=/opt/ctrain/apptainer/root
+
+if [ "${CTRAIN_APPTAINER_STAGE:-}" != enter ]; then
+    if [ ! -x "$ROOT/usr/bin/apptainer" ]; then
+        echo "apptainer (ctrain wrapper): $ROOT/usr/bin/apptainer is missing. Fix: make system" >&2
+        exit 255
+    fi
+    self=$(/usr/bin/readlink -f "$0")
+    export CTRAIN_APPTAINER_STAGE=enter
+    if [ "$(/usr/bin/id -u)" -eq 0 ]; then
+        exec /usr/bin/unshare --mount --propagation private -- "$self" "$@"
+    fi
+    exec /usr/bin/unshare --user --map-current-user --keep-caps --mount --propagation private \
+        -- "$self" "$@"
+fi
+unset CTRAIN_APPTAINER_STAGE
+
+say() { echo "apptainer (ctrain wrapper): $*" >&2; }
+
+# Directories bound from the host (when they exist there): the kernel's, the temporary ones,
+# homes, /run (the Docker socket), and where checkouts, venvs and data live. Each is bound once.
+HOST_DIRS="/proc /sys /dev /tmp /var/tmp /home /root /run /work /opt /scratch /data /srv /mnt"
+# Files bound over the root's own: the host's users (subuid/subgid: --fakeroot) and names.
+HOST_FILES="/etc/passwd /etc/group /etc/subuid /etc/subgid /etc/hosts /etc/resolv.conf"
+# Top-level directories of the root itself: a working directory under one of these is bound on
+# its own instead of its top-level directory.
+SYSTEM_DIRS=" /bin /boot /etc /lib /lib32 /lib64 /libx32 /sbin /usr /var "
+
+bound=""
+# Bind host PATH onto the same path in the root, unless PATH is (under) one bound already.
+bind() {
+    for b in $bound; do
+        case $1/ in "$b"/*) return 0 ;; esac
+    done
+    [ -e "$1" ] || return 0
+    bound="$bound $1"
+    if [ ! -e "$ROOT$1" ]; then
+        # A mount point the root lacks: only root may add it (an empty directory, kept).
+        if ! { [ -d "$1" ] && /usr/bin/mkdir -p "$ROOT$1" 2>/dev/null; }; then
+            say "$1 is not reachable inside: $ROOT$1 is missing. Fix: as root, mkdir $ROOT$1"
+            return 0
+        fi
+    fi
+    /usr/bin/mount --rbind "$1" "$ROOT$1"
+}
+
+# Bind what working directory DIR needs: its top-level directory, or DIR itself when that is
+# one of the root's own (never a system directory itself, nor /).
+bind_cwd() {
+    rest=${1#/}
+    top=/${rest%%/*}
+    case $SYSTEM_DIRS in
+        *" $top "*) [ "$top" = "$1" ] || bind "$1" ;;
+        *) [ "$top" = / ] || bind "$top" ;;
+    esac
+}
+
+cwd=$PWD
+/usr/bin/mount --rbind "$ROOT" "$ROOT"
+for d in $HOST_DIRS; do bind "$d"; done
+bind_cwd "$cwd"
+bind_cwd "$(pwd -P)"
+for f in $HOST_FILES; do bind "$f"; done
+/usr/sbin/pivot_root "$ROOT" "$ROOT/.oldroot"
+/usr/bin/umount -l /.oldroot
+
+# cd's OLDPWD must not leak into the container's environment.
+if [ -n "${OLDPWD+set}" ]; then old_oldpwd=$OLDPWD; fi
+cd "$cwd" 2>/dev/null || { say "cannot enter $cwd inside $ROOT; starting in /"; cd /; }
+if [ -n "${old_oldpwd+set}" ]; then OLDPWD=$old_oldpwd; else unset OLDPWD; fi
+exec /usr/bin/apptainer "$@"
