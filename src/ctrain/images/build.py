@@ -156,11 +156,15 @@ def build(
         env.update(cachedir.apptainer_env(cache))
     temp_space = tmpdir or cachedir.node_local_tmp(environ)
     cachedir.check_tmpdir(temp_space, min_free_gb)
-    env.update(cachedir.tmpdir_env(temp_space))
     target = Path(request.target)
     fs.check_free(target.parent, min_free_gb)
     in_use = cachedir.in_use(cache) if cache is not None else contextlib.nullcontext()
-    with in_use, fs.atomic(target, fs.temp_beside(target, "build")) as temp:
+    with (
+        in_use,
+        fs.scratch(temp_space, cachedir.TOOL_TMP_PREFIX) as scratch,
+        fs.atomic(target, fs.temp_beside(target, "build")) as temp,
+    ):
+        env.update(cachedir.tmpdir_env(scratch))
         _run(sif_build_argv(request, temp), env, request.runtime, request.target)
         problem = check_sif(temp)
         if problem is not None:

@@ -25,6 +25,9 @@ HOME_DEFAULT = Path(".apptainer") / "cache"
 NO_CACHE_FIX = "set CTRAIN_CACHE_DIR to a directory on scratch, or pass --allow-home-cache"
 IN_USE_LOCK = "in-use.lock"
 """Shared-locked by every pull and build while it uses the cache (``cache clean`` checks it)."""
+TOOL_TMP_PREFIX = "ctrain-apptainer-"
+"""A pull's or build's own directory in the temporary space: Apptainer's build-temp-* go there,
+and it is removed when ctrain's step ends, since Apptainer may leave them when stopped."""
 
 
 @dataclass(frozen=True)

@@ -305,9 +305,9 @@ def pull(
         fs.check_free(target.parent, min_free_gb)
         temp_space = tmpdir or cachedir.node_local_tmp(environ)
         cachedir.check_tmpdir(temp_space, min_free_gb)
-        env = {**environ, **sif_pull_env(cache, temp_space)}
         say(f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})")
-        with cachedir.in_use(cache):
+        with cachedir.in_use(cache), fs.scratch(temp_space, cachedir.TOOL_TMP_PREFIX) as scratch:
+            env = {**environ, **sif_pull_env(cache, scratch)}
             return _pull_sif(plan, target, env, reason, echo)
 
 

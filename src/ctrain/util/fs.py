@@ -14,7 +14,9 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ctrain.errors import ConfigError
@@ -116,6 +118,27 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def _unprotect(func: Callable[[str], object], path: str, _exc: object) -> None:
+    """rmtree's retry for an entry in a directory without write permission (a tool's extracted
+    root filesystem): make the directory writable, then try once more."""
+    with contextlib.suppress(OSError):
+        parent = os.path.dirname(path)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+        func(path)
+
+
+@contextlib.contextmanager
+def scratch(parent: Path, prefix: str) -> Iterator[Path]:
+    """A new private directory under ``parent`` for another program's temporary files, removed
+    with everything in it when the block ends, however it ends: a program stopped mid-way may
+    leave its own (Apptainer 1.4.5's pull, stopped while it extracts layers, can)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, onerror=_unprotect)
 
 
 def remove_leftovers(directory: Path, prefix: str) -> list[Path]:

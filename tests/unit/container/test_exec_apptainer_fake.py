@@ -196,7 +196,12 @@ def test_dry_run_shows_the_pull_the_exec_needs(fake: dict[str, str], tmp_path: P
     assert record(fake)["argv"] == [str(target) if a == args[1] else a for a in argv]
     found = fake_apptainer.calls(Path(fake["FAKE_APPTAINER_LOG"]))
     pull = next(c for c in found if c.get("argv", [""])[0] == "pull")  # type: ignore[index]
-    assert {k: pull["env"][k] for k in pull_env} == pull_env  # type: ignore[index]
+    ran_env = {k: pull["env"][k] for k in pull_env}  # type: ignore[index]
+    for name in ("APPTAINER_TMPDIR", "SINGULARITY_TMPDIR"):  # a directory of its own in there
+        made = Path(ran_env.pop(name))
+        assert made.parent == Path(pull_env.pop(name))
+        assert made.name.startswith("ctrain-apptainer-") and not made.exists()
+    assert ran_env == pull_env
 
 
 @pytest.mark.parametrize(

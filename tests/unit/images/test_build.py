@@ -83,9 +83,13 @@ def test_build_lands_whole_with_the_cache_out_of_home(tmp_path: Path, env: dict[
     assert version["argv"] == ["--version"]  # --build-arg: checked that this release has it
     assert call["argv"][:3] == ["build", "--build-arg", "V=2"]  # type: ignore[index]
     assert call["env"]["APPTAINER_CACHEDIR"] == str(tmp_path / "cache")  # type: ignore[index]
-    node_tmp = str(tmp_path / "node-tmp")  # apptainer's build-temp-* on the node, not the cache
-    assert call["env"]["APPTAINER_TMPDIR"] == node_tmp  # type: ignore[index]
-    assert call["env"]["SINGULARITY_TMPDIR"] == node_tmp  # type: ignore[index]
+    # apptainer's build-temp-* on the node, not in the cache: in a directory of ctrain's own there,
+    # removed when the build ends
+    node_tmp = tmp_path / "node-tmp"
+    scratch = Path(call["env"]["APPTAINER_TMPDIR"])  # type: ignore[index]
+    assert scratch.parent == node_tmp and scratch.name.startswith("ctrain-apptainer-")
+    assert call["env"]["SINGULARITY_TMPDIR"] == str(scratch)  # type: ignore[index]
+    assert list(node_tmp.iterdir()) == []
     assert "Build complete" in done.stderr
     assert done.stdout == "built out.sif\n"  # the result on stdout, like pull and overlay create
 
@@ -227,7 +231,8 @@ def test_tmpdir_setting_and_its_check(tmp_path: Path, env: dict[str, str]) -> No
     )
     assert done.returncode == 0, done.stderr
     calls = [c for c in fake_apptainer.calls(tmp_path / "calls.jsonl") if "argv" in c]
-    assert [c["env"]["APPTAINER_TMPDIR"] for c in calls] == [str(chosen)] * 2  # type: ignore[index]
+    used = [Path(c["env"]["APPTAINER_TMPDIR"]).parent for c in calls]  # type: ignore[index]
+    assert used == [chosen] * 2
     done = ctrain(tmp_path, env, "docker://debian:12", "-o", "c.sif", "--tmpdir", "/nonexistent")
     assert done.returncode == 2
     assert "temporary directory /nonexistent does not exist" in done.stderr

@@ -88,12 +88,17 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
         r"\.docker_registry\.example_team_train_1\.sif\.pull-\d+-[0-9a-f]{8}", temp.name
     )
     assert inspects[0]["argv"] == ["inspect", str(temp)]
-    assert pulls[0]["env"] == {  # apptainer's temporary files on the node, not in the cache
+    # apptainer's temporary files on the node, not in the cache: in a directory of ctrain's own
+    # there, removed when the pull ends
+    scratch = Path(str(pulls[0]["env"]["APPTAINER_TMPDIR"]))  # type: ignore[index]
+    assert scratch.parent == fake.node_tmp and scratch.name.startswith("ctrain-apptainer-")
+    assert pulls[0]["env"] == {
         "APPTAINER_CACHEDIR": str(fake.cache),
-        "APPTAINER_TMPDIR": str(fake.node_tmp),
+        "APPTAINER_TMPDIR": str(scratch),
         "SINGULARITY_CACHEDIR": str(fake.cache),
-        "SINGULARITY_TMPDIR": str(fake.node_tmp),
+        "SINGULARITY_TMPDIR": str(scratch),
     }
+    assert list(fake.node_tmp.iterdir()) == []
     assert not temp.exists()
     assert not (fake.cache / "cache").exists()  # stored once: nothing in apptainer's cache
 

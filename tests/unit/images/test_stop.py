@@ -1,6 +1,8 @@
 """A pull or build stopped by SIGTERM or SIGINT passes the signal to apptainer and waits for it:
 apptainer removes its build-temp-* then (it cannot after SIGKILL), and ctrain exits 130 with
-nothing half-written beside the target."""
+nothing half-written beside the target. Apptainer's temporary files go to a directory of ctrain's
+own in $TMPDIR, removed however the step ends: what apptainer leaves (Apptainer 1.4.5 stopped
+while it extracts layers can fail to remove its build-temp-*) goes with it."""
 
 from __future__ import annotations
 
@@ -16,14 +18,22 @@ from ctrain.util import proc
 from tests import fake_apptainer
 from tests.helpers import sandbox, start_ctrain, wait_for
 
-CLEANS_UP = """#!/bin/sh
 # Like apptainer: build-temp-* in APPTAINER_TMPDIR, removed (after a moment) when SIGTERM or
-# SIGINT stops it, left behind by SIGKILL.
+# SIGINT stops it, left behind by SIGKILL; the second leaves it, read-only, as a failed removal
+# does.
+CLEANS_UP = """#!/bin/sh
 work="$APPTAINER_TMPDIR/build-temp-$$"
 trap 'sleep 1; rm -rf "$work"; exit 255' TERM INT
 mkdir "$work"
 while :; do sleep 0.1; done
 """
+LEAVES_IT = """#!/bin/sh
+work="$APPTAINER_TMPDIR/build-temp-$$"
+trap 'chmod 500 "$work/rootfs" "$work"; exit 255' TERM INT
+mkdir -p "$work/rootfs/etc"
+while :; do sleep 0.1; done
+"""
+SCRIPTS = {"script": CLEANS_UP, "leaves-it": LEAVES_IT}
 
 COMMANDS = {
     "pull": ("pull", "docker://registry.example/x:1", "-o", "img.sif"),
@@ -31,7 +41,7 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("apptainer", ["stand-in", "script"])
+@pytest.mark.parametrize("apptainer", ["stand-in", "script", "leaves-it"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_stopped_pull_or_build_lets_apptainer_clean_up(
@@ -53,11 +63,15 @@ def test_a_stopped_pull_or_build_lets_apptainer_clean_up(
         fake_apptainer.install(box.bin)
     else:
         program = box.bin / "apptainer"
-        program.write_text(CLEANS_UP)
+        program.write_text(SCRIPTS[apptainer])
         program.chmod(0o755)
     running = start_ctrain(*COMMANDS[command], env=box.env, cwd=tmp_path)
     try:
-        wait_for(lambda: any(node_tmp.glob("build-temp-*")), "apptainer's build-temp-*", 30)
+        wait_for(
+            lambda: any(node_tmp.glob("ctrain-apptainer-*/build-temp-*")),
+            "apptainer's build-temp-* in ctrain's directory",
+            30,
+        )
         running.send_signal(sig)
         _, err = running.communicate(timeout=60)
     finally:
