@@ -9,6 +9,7 @@ choices from here.
 from __future__ import annotations
 
 import enum
+import ipaddress
 from collections.abc import Mapping
 from typing import Literal, NamedTuple, get_args
 
@@ -97,6 +98,10 @@ SCHEMES: dict[str, frozenset[Operation]] = {
 # ctrain accepts both forms everywhere and hands each operation the form it takes.
 ONE_COLON = ("docker-daemon",)
 ENGINE_SCHEME = "docker"  # the one scheme docker and podman accept, and strip
+# A registry on the loopback interface (127.0.0.1:5000, localhost:5000, [::1]:5000) is reached
+# over plain HTTP, as Docker's engine does by default: such a local registry rarely has a
+# certificate. Apptainer needs --no-https for it ("server gave HTTP response to HTTPS client").
+PLAIN_HTTP_SCHEMES = ("docker", "oras")
 
 
 def schemes(operation: Operation) -> tuple[str, ...]:
@@ -117,6 +122,22 @@ def is_remote(reference: str, operation: Operation) -> bool:
     """Whether ``reference`` names a remote image with a scheme ``operation`` accepts."""
     split = split_reference(reference)
     return split is not None and operation in SCHEMES.get(split[0], frozenset())
+
+
+def loopback_registry(reference: str) -> bool:
+    """Whether ``reference`` is ``docker://`` or ``oras://`` of a registry on this machine's
+    loopback interface. A first path part is a registry only when a path follows it."""
+    split = split_reference(reference)
+    if split is None or split[0] not in PLAIN_HTTP_SCHEMES or "/" not in split[1]:
+        return False
+    host = split[1].split("/", 1)[0]
+    name = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def runtime_reference(reference: str, operation: Operation) -> str:

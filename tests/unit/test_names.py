@@ -19,6 +19,7 @@ from ctrain.names import (
     Mode,
     Operation,
     is_remote,
+    loopback_registry,
     runtime_reference,
     schemes,
 )
@@ -134,3 +135,29 @@ def test_a_local_path_is_never_remote() -> None:
     for operation in OPERATIONS:
         assert not is_remote("/images/ctrain.sif", operation)
         assert not is_remote("docker:/x", operation)
+
+
+@pytest.mark.parametrize(
+    ("reference", "plain_http"),
+    [
+        ("docker://127.0.0.1:5000/org/img:1", True),
+        ("docker://127.1.2.3/img", True),
+        ("docker://localhost:5000/img:1", True),
+        ("docker://localhost/img", True),
+        ("docker://[::1]:5000/img:1", True),
+        ("oras://127.0.0.1:5000/img:1-sif", True),
+        ("docker://localhost:5000", False),  # no path: not a registry
+        ("docker://localhost", False),  # the image "localhost" on Docker Hub
+        ("docker://ubuntu:22.04", False),
+        ("docker://ghcr.io/org/img:1", False),
+        ("docker://10.0.0.1:5000/img", False),  # private, not loopback
+        ("docker://localhost.example.org/img", False),
+        ("docker://[fe80::1]:5000/img", False),
+        ("docker-daemon:127.0.0.1:5000/img:1", False),  # not a registry pull
+        ("library://127.0.0.1/img", False),
+        ("https://127.0.0.1/img.sif", False),
+        ("/tmp/127.0.0.1/img.sif", False),
+    ],
+)
+def test_loopback_registries_are_plain_http(reference: str, plain_http: bool) -> None:
+    assert loopback_registry(reference) is plain_http

@@ -20,6 +20,7 @@ from typing import Literal
 
 from ctrain import __version__
 from ctrain.errors import ConfigError
+from ctrain.names import loopback_registry
 
 IMAGES_DIR = "images"  # pulled SIF files in the cache
 ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
@@ -44,8 +45,12 @@ def lock_of(target: Path) -> Path:
 
 
 def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
-    """Straight into ``temp``, not through Apptainer's cache: the image is stored once."""
-    return [program, "pull", "--disable-cache", *(["--force"] if force else []), str(temp), ref]
+    """Straight into ``temp``, not through Apptainer's cache: the image is stored once; a
+    registry on the loopback interface over plain HTTP (``names.loopback_registry``)."""
+    flags = ["--disable-cache", *(["--force"] if force else [])]
+    if loopback_registry(ref):
+        flags.append("--no-https")
+    return [program, "pull", *flags, str(temp), ref]
 
 
 def sif_inspect_argv(program: str, path: Path) -> list[str]:

@@ -107,6 +107,14 @@ def test_sif_argv_round_trips_any_path(name: str) -> None:
     assert sif.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
 
 
+def test_a_loopback_registry_is_pulled_over_plain_http() -> None:
+    temp = Path("/d/.x.sif.pull-1")
+    ref = "docker://127.0.0.1:5000/a/b:1"
+    assert sif.sif_pull_argv("apptainer", temp, ref, False) == [
+        "apptainer", "pull", "--disable-cache", "--no-https", str(temp), ref,
+    ]  # fmt: skip
+
+
 def test_engine_argv() -> None:
     assert engine.engine_pull_argv("podman", "r/x:1") == ["podman", "pull", "r/x:1"]
     assert engine.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
