@@ -7,6 +7,11 @@ into a shell script it sources at start; ``--no-eval`` (Apptainer >= 1.1, Singul
 makes it quote them so they arrive verbatim. Without it, ``$``, backticks and backslashes would
 be interpreted, so such values are refused. The container starts in the host's working
 directory by itself (falling back to $HOME with a warning); ``--cwd`` only when asked.
+
+Without root, a non-setuid Apptainer mounts a SIF with squashfuse and an ext3 overlay with
+fuse2fs, both through /dev/fuse. Where /dev/fuse is closed to the caller, the SIF is extracted
+to a temporary sandbox instead (``--unsquash``: a slower start, the image's size in the
+temporary directory), and an overlay image is refused before launch: it cannot be mounted.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ctrain.errors import SpecError
 from ctrain.names import is_remote, runtime_reference
 
 NO_EVAL: Final = "--no-eval"
+UNSQUASH: Final = "--unsquash"
 # What the shell interprets inside double quotes (a trailing backslash breaks the script).
 _EVALUATED = ("$", "`", "\\")
 
@@ -34,6 +40,21 @@ def _bind(bind: Bind) -> str:
                 "bind a parent directory or a symlink without those characters",
             )
     return f"{bind.src}:{bind.dst}:{bind.mode}"
+
+
+def without_fuse(spec: RunSpec) -> bool:
+    """Whether Apptainer runs unprivileged here with /dev/fuse closed to the caller."""
+    return spec.user is not None and spec.user[0] != 0 and not spec.fuse
+
+
+def refuse_overlay_without_fuse(spec: RunSpec) -> None:
+    if spec.overlay is not None and without_fuse(spec):
+        raise SpecError(
+            f"overlay {spec.overlay.path} cannot be mounted: an unprivileged apptainer mounts "
+            "overlay images with fuse2fs, and /dev/fuse is closed to you here",
+            "run without --overlay (install extra packages into a directory you bind with -B "
+            "and put on PYTHONPATH), or ask the site to open /dev/fuse to users",
+        )
 
 
 def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
@@ -70,9 +91,12 @@ class Apptainer:
         return "APPTAINERENV_"
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
+        refuse_overlay_without_fuse(spec)
         argv = [program, spec.action, "--cleanenv"]
         if self._installed().has(NO_EVAL):
             argv.append(NO_EVAL)
+        if without_fuse(spec):
+            argv.append(UNSQUASH)
         if spec.nv:
             argv.append("--nv")
         for bind in spec.binds:
@@ -98,6 +122,11 @@ class Apptainer:
         version = self._installed()
         verbatim = f"values verbatim ({NO_EVAL})" if version.has(NO_EVAL) else "checked, no $`\\"
         found = [f"{version.text}: container variables as {self.env_prefix}NAME, {verbatim}"]
+        if without_fuse(spec):
+            found.append(
+                f"/dev/fuse is closed to you: {UNSQUASH} extracts the image to a temporary "
+                "sandbox at each start"
+            )
         image = runtime_reference(spec.image, "exec")
         if image != spec.image:
             takes = f"the form {self.name} {spec.action} takes"

@@ -23,6 +23,8 @@ from ctrain.launch.jobenv import GpuEnv
 from ctrain.settings import Resolved
 from ctrain.util import proc
 
+FUSE_DEVICE = "/dev/fuse"
+
 
 @dataclasses.dataclass(frozen=True)
 class Planned:
@@ -60,6 +62,7 @@ def plan(
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
+        fuse=os.access(FUSE_DEVICE, os.R_OK | os.W_OK),
     )
     gpus = GpuEnv.from_environ(environ).visible
     extra = tuple(binds) if isinstance(binds, tuple) else ()

@@ -102,6 +102,7 @@ class Request:
     user: tuple[int, int] | None = None
     tty: bool = False
     python: str = "python3"  # the interpreter that runs ctrain on the host runtime
+    fuse: bool = True  # the caller may open /dev/fuse
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def plan_invocation(
         workdir=request.workdir,
         user=request.user,
         tty=request.tty,
+        fuse=request.fuse,
     )
     runtime = runtime.probed(program, version_of)  # once the request is known to be sound
     argv = runtime.argv(spec, program)

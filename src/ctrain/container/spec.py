@@ -88,6 +88,7 @@ class RunSpec:
     workdir: str | None = None  # the working directory asked for inside (--cwd)
     user: tuple[int, int] | None = None
     tty: bool = False
+    fuse: bool = True  # the caller may open /dev/fuse (an unprivileged apptainer mounts with it)
 
 
 def parse_bind(text: str) -> Bind:

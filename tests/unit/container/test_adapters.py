@@ -284,6 +284,52 @@ def test_apptainer_notes(tmp_path: Path) -> None:
     ]
 
 
+# (uid, /dev/fuse open to the caller) -> whether the SIF is extracted (--unsquash)
+FUSE_TABLE = [
+    ((0, 0), True, False),
+    ((0, 0), False, False),  # root mounts the SIF with the kernel's squashfs
+    ((1500, 1500), True, False),  # squashfuse through /dev/fuse
+    ((1500, 1500), False, True),
+    (None, False, False),  # the caller unknown: nothing assumed
+]
+
+
+@pytest.mark.parametrize(("user", "fuse", "unsquash"), FUSE_TABLE)
+def test_apptainer_extracts_the_sif_only_without_fuse_and_root(
+    tmp_path: Path, user: tuple[int, int] | None, fuse: bool, unsquash: bool
+) -> None:
+    planned = plan(tmp_path, runtime="apptainer", user=user, fuse=fuse)
+    image = str(tmp_path / "img.sif")
+    extract = ["--unsquash"] if unsquash else []
+    assert planned.argv == ["/usr/bin/apptainer", "exec", "--cleanenv", "--no-eval", *extract,
+                            image, "true"]  # fmt: skip
+    noted = [n for n in planned.notes if "/dev/fuse" in n]
+    assert noted == (
+        ["/dev/fuse is closed to you: --unsquash extracts the image to a temporary sandbox at "
+         "each start"] if unsquash else []
+    )  # fmt: skip
+
+
+def test_an_overlay_without_fuse_is_refused_before_launch(tmp_path: Path) -> None:
+    with pytest.raises(CtrainError) as refused:
+        plan(
+            tmp_path,
+            runtime="apptainer",
+            user=(1500, 1500),
+            fuse=False,
+            overlay=str(tmp_path / "ov.img:ro"),
+        )
+    assert refused.value.message == (
+        f"overlay {tmp_path / 'ov.img'} cannot be mounted: an unprivileged apptainer mounts "
+        "overlay images with fuse2fs, and /dev/fuse is closed to you here"
+    )
+    assert refused.value.fix.startswith("run without --overlay")
+    as_root = plan(
+        tmp_path, runtime="apptainer", user=(0, 0), fuse=False, overlay=str(tmp_path / "ov.img:ro")
+    )
+    assert as_root.argv[-4:-2] == ["--overlay", f"{tmp_path / 'ov.img'}:ro"]
+
+
 def test_apptainer_argv_needs_the_probed_release(tmp_path: Path) -> None:
     spec = plan(tmp_path, runtime="apptainer").spec
     with pytest.raises(AssertionError, match=r"^Apptainer\.argv before probed\(\)$"):
