@@ -4,17 +4,26 @@
 compatibility command ``singularity``), ``singularity-ce version 4.5.1`` (SingularityCE) or
 ``singularity version 3.8.7`` (Singularity before the 2021 split). Packagers append release
 suffixes (``1.3.6-1.el9``, ``4.1.0-jammy``), which are ignored.
+
+The answer is kept in ``$XDG_CACHE_HOME/ctrain/runtime-versions.json`` (``~/.cache``), keyed by
+the program's real path and that file's device, inode, size and modification time: every rank
+of every job would otherwise start one more apptainer process before its own (about 90 ms here).
+A program replaced or upgraded in place is a new file and is asked again; a cache that cannot be
+read or written is passed over.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ctrain.errors import ExternalToolError
-from ctrain.util import proc
+from ctrain.util import fs, proc
 
 Flavour = Literal["apptainer", "singularity-ce", "singularity"]
 Number = tuple[int, int, int]
@@ -36,6 +45,7 @@ NAMES: dict[Flavour, str] = {
     "singularity": "Singularity",
 }
 VERSION_TIMEOUT = 30.0
+CACHE_FILE = os.path.join("ctrain", "runtime-versions.json")  # under $XDG_CACHE_HOME
 _LINE = re.compile(r"^(apptainer|singularity-ce|singularity) version v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -80,7 +90,65 @@ def parse_version(output: str, program: str) -> RuntimeVersion:
     )
 
 
+def cache_file(environ: Mapping[str, str]) -> Path | None:
+    """Where answers are kept: ``$XDG_CACHE_HOME/ctrain/...``, else ``$HOME/.cache/ctrain/...``;
+    None without either."""
+    base = environ.get("XDG_CACHE_HOME") or (
+        os.path.join(environ["HOME"], ".cache") if environ.get("HOME") else ""
+    )
+    return Path(base, CACHE_FILE) if base else None
+
+
+def identity(program: str) -> tuple[str, str] | None:
+    """The program's real path and its file's identity (device, inode, size, mtime), or None
+    when it cannot be read."""
+    try:
+        real = os.path.realpath(program)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return real, f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _recorded(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def recall(path: Path, key: tuple[str, str]) -> str | None:
+    """The version line recorded for this program file, if it is the same file."""
+    entry = _recorded(path).get(key[0])
+    if isinstance(entry, dict) and entry.get("file") == key[1]:
+        line = entry.get("version")
+        return line if isinstance(line, str) else None
+    return None
+
+
+def remember(path: Path, key: tuple[str, str], line: str) -> None:
+    """Record ``line`` for this program file; a failure only costs the next call a probe."""
+    entries = _recorded(path)
+    entries[key[0]] = {"file": key[1], "version": line}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fs.write_text(path, json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
 def installed_version(program: str, environ: Mapping[str, str]) -> RuntimeVersion:
-    """Asks ``program --version`` (one short process per ctrain exec, nothing cached)."""
+    """The release of ``program``: as recorded for this very file, else ``program --version``
+    (recorded for the next call)."""
+    where = cache_file(environ)
+    key = identity(program)
+    if where is not None and key is not None:
+        line = recall(where, key)
+        if line is not None and _LINE.match(line):
+            return parse_version(line, program)
     output = proc.check(version_argv(program), environ, VERSION_TIMEOUT)
-    return parse_version(output, program)
+    found = parse_version(output, program)
+    if where is not None and key is not None:
+        remember(where, key, found.text)
+    return found
