@@ -39,8 +39,9 @@ say() { echo "apptainer (ctrain wrapper): $*" >&2; }
 HOST_DIRS="/proc /sys /dev /tmp /var/tmp /home /root /run /work /opt /scratch /data /srv /mnt"
 # Files bound over the root's own: the host's users (subuid/subgid: --fakeroot) and names.
 HOST_FILES="/etc/passwd /etc/group /etc/subuid /etc/subgid /etc/hosts /etc/resolv.conf"
-# Top-level directories of the root itself: a working directory under one of these is bound on
-# its own instead of its top-level directory.
+# Top-level directories of the root itself: a working directory under one of these is not bound
+# (the host's /usr/bin over the root's would replace apptainer and its libraries); the root's own
+# directory of that path is entered, if there is one.
 SYSTEM_DIRS=" /bin /boot /etc /lib /lib32 /lib64 /libx32 /sbin /usr /var "
 
 bound=""
@@ -61,13 +62,13 @@ bind() {
     /usr/bin/mount --rbind "$1" "$ROOT$1"
 }
 
-# Bind what working directory DIR needs: its top-level directory, or DIR itself when that is
-# one of the root's own (never a system directory itself, nor /).
+# Bind what working directory DIR needs: its top-level directory, unless that is / or one of the
+# root's system directories.
 bind_cwd() {
     rest=${1#/}
     top=/${rest%%/*}
     case $SYSTEM_DIRS in
-        *" $top "*) [ "$top" = "$1" ] || bind "$1" ;;
+        *" $top "*) ;;
         *) [ "$top" = / ] || bind "$top" ;;
     esac
 }
