@@ -8,6 +8,13 @@ makes it quote them so they arrive verbatim. Without it, ``$``, backticks and ba
 be interpreted, so such values are refused. The container starts in the host's working
 directory by itself (falling back to $HOME with a warning); ``--cwd`` only when asked.
 
+``--nv`` binds the host's NVIDIA driver libraries into ``/.singularity.d/libs``, which
+Apptainer 1.4 puts first on the library path of an image that sets none, and 1.5 after the
+image's default library directories (``ldconfig``'s), so a driver stub or a CUDA compat library
+there would win over the host's driver. ctrain's images take CUDA from pip wheels and the driver
+from the host: on 1.5 ctrain asks for the 1.4 order (``PREPEND_LD_LIBRARY_PATH``), unless the
+command sets LD_LIBRARY_PATH or PREPEND_LD_LIBRARY_PATH itself.
+
 Without root, a non-setuid Apptainer mounts a SIF with squashfuse and an ext3 overlay with
 fuse2fs, both through /dev/fuse. Where /dev/fuse is closed to the caller, the SIF is extracted
 to a temporary sandbox instead (``--unsquash``: a slower start, the image's size in the
@@ -28,6 +35,8 @@ from ctrain.names import is_remote, runtime_reference
 
 NO_EVAL: Final = "--no-eval"
 UNSQUASH: Final = "--unsquash"
+PREPEND_LIBS: Final = "PREPEND_LD_LIBRARY_PATH"
+DRIVER_LIBS: Final = "/.singularity.d/libs"  # where --nv binds the host's driver libraries
 # What the shell interprets inside double quotes (a trailing backslash breaks the script).
 _EVALUATED = ("$", "`", "\\")
 
@@ -55,6 +64,15 @@ def refuse_overlay_without_fuse(spec: RunSpec) -> None:
             "run without --overlay (install extra packages into a directory you bind with -B "
             "and put on PYTHONPATH), or ask the site to open /dev/fuse to users",
         )
+
+
+def driver_first(spec: RunSpec, version: RuntimeVersion) -> dict[str, str]:
+    """The container variable that keeps the host's driver libraries first under ``--nv`` on
+    Apptainer >= 1.5 (the 1.4 order); nothing where the command chose its library path."""
+    chosen = {"LD_LIBRARY_PATH", PREPEND_LIBS} & spec.env.keys()
+    if spec.nv and version.has(PREPEND_LIBS) and not chosen:
+        return {PREPEND_LIBS: DRIVER_LIBS}
+    return {}
 
 
 def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
@@ -113,8 +131,9 @@ class Apptainer:
         version = self._installed()
         if not version.has(NO_EVAL):
             refuse_evaluated(spec.env, version)
+        inside = {**driver_first(spec, version), **spec.env}
         env = dict(environ)
-        env.update({self.env_prefix + key: value for key, value in spec.env.items()})
+        env.update({self.env_prefix + key: value for key, value in inside.items()})
         return env
 
     def notes(self, spec: RunSpec) -> list[str]:
@@ -126,6 +145,11 @@ class Apptainer:
             found.append(
                 f"/dev/fuse is closed to you: {UNSQUASH} extracts the image to a temporary "
                 "sandbox at each start"
+            )
+        if driver_first(spec, version):
+            found.append(
+                f"--nv: {PREPEND_LIBS}={DRIVER_LIBS}, so the host's NVIDIA driver libraries come "
+                "before the image's own library directories (Apptainer 1.4's order)"
             )
         image = runtime_reference(spec.image, "exec")
         if image != spec.image:

@@ -27,7 +27,7 @@ from ctrain.util import fs, proc
 
 Flavour = Literal["apptainer", "singularity-ce", "singularity"]
 Number = tuple[int, int, int]
-Feature = Literal["--no-eval", "--build-arg"]
+Feature = Literal["--no-eval", "--build-arg", "PREPEND_LD_LIBRARY_PATH"]
 
 # The first release of each flavour that has each feature, from the projects' CHANGELOG.md
 # (Singularity, up to 3.8.7, has neither):
@@ -35,9 +35,17 @@ Feature = Literal["--no-eval", "--build-arg"]
 # (2022-09-27), SingularityCE 3.10.0 (2022-05-17).
 # --build-arg (and %arguments, {{ NAME }} in def files): Apptainer 1.2.0 (2023-07-18),
 # SingularityCE 4.0.0 (2023-09-19).
+# PREPEND_LD_LIBRARY_PATH (a container variable put before LD_LIBRARY_PATH), added with the
+# change that puts --nv's /.singularity.d/libs after the image's default library directories:
+# Apptainer 1.5.0 (apptainer#3293, #3346); not in SingularityCE.
 FIRST_WITH: dict[Feature, dict[Flavour, Number | None]] = {
     "--no-eval": {"apptainer": (1, 1, 0), "singularity-ce": (3, 10, 0), "singularity": None},
     "--build-arg": {"apptainer": (1, 2, 0), "singularity-ce": (4, 0, 0), "singularity": None},
+    "PREPEND_LD_LIBRARY_PATH": {
+        "apptainer": (1, 5, 0),
+        "singularity-ce": None,
+        "singularity": None,
+    },
 }
 NAMES: dict[Flavour, str] = {
     "apptainer": "Apptainer",

@@ -374,3 +374,33 @@ def test_a_release_probe_that_hangs_is_an_error(
     slow.chmod(0o755)
     with pytest.raises(CtrainError, match="did not finish within 0.5 s"):
         installed_version(str(slow), {})
+
+
+# (release, --nv, the command's own library variable) -> whether ctrain asks Apptainer to put
+# the host's driver libraries first (PREPEND_LD_LIBRARY_PATH, Apptainer >= 1.5)
+DRIVER_TABLE = [
+    ("apptainer version 1.4.5", True, None, False),  # 1.4 puts them first by itself
+    ("apptainer version 1.5.0", True, None, True),
+    ("apptainer version 1.5.3", True, None, True),
+    ("apptainer version 1.5.3", False, None, False),  # no --nv, no driver libraries
+    ("apptainer version 1.5.3", True, "LD_LIBRARY_PATH=/opt/mine", False),
+    ("apptainer version 1.5.3", True, "PREPEND_LD_LIBRARY_PATH=/opt/mine", False),
+    ("singularity-ce version 4.5.1", True, None, False),  # no such variable in SingularityCE
+]
+
+
+@pytest.mark.parametrize(("version", "nv", "own", "prepends"), DRIVER_TABLE)
+def test_nv_keeps_the_host_driver_first_on_apptainer_1_5(
+    tmp_path: Path, version: str, nv: bool, own: str | None, prepends: bool
+) -> None:
+    pairs = (own,) if own else ()
+    runtime = "singularity" if version.startswith("singularity") else "apptainer"
+    planned = plan(tmp_path, runtime=runtime, version=version, nv=nv, env_pairs=pairs)
+    prefix = "SINGULARITYENV_" if runtime == "singularity" else "APPTAINERENV_"
+    carried = planned.env.get(prefix + "PREPEND_LD_LIBRARY_PATH")
+    if prepends:
+        assert carried == "/.singularity.d/libs"
+        assert any(n.startswith("--nv: PREPEND_LD_LIBRARY_PATH=") for n in planned.notes)
+    else:
+        assert carried == (own.split("=", 1)[1] if own and own.startswith("PREPEND") else None)
+        assert not any(n.startswith("--nv:") for n in planned.notes)
