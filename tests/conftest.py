@@ -1,8 +1,9 @@
 """Markers for tests that need real services.
 
 Outside CI a missing service skips the test with the reason; with CI=true it fails, so a CI run
-can never pass by skipping the real Slurm, MPI, Docker, Podman, TensorFlow or Horovod tests, or
-the multi-node ones (marker ``cluster``: the compute hosts of ``make services NODES=3``).
+can never pass by skipping the real Slurm, MPI, Docker, Podman, Apptainer, Charliecloud,
+TensorFlow or Horovod tests, or the multi-node ones (marker ``cluster``: the compute hosts of
+``make services``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def missing(marker: str) -> str | None:
             return "podman not found (make system)"
         if not _run_ok(["podman", "info"]):
             return "podman does not start (make services writes its configuration)"
+    elif marker == "apptainer":
+        if not shutil.which("apptainer"):
+            return "apptainer not found (make system)"
+        if not _run_ok(["apptainer", "--version"]):
+            return "apptainer --version fails (make system installs it again)"
     elif marker == "charliecloud":
         if not shutil.which("ch-run") or not shutil.which("ch-convert"):
             return "ch-run or ch-convert not found (make system: charliecloud-runtime)"
@@ -78,6 +84,7 @@ SERVICE_MARKERS = (
     "mpi",
     "docker",
     "podman",
+    "apptainer",
     "charliecloud",
     "tensorflow",
     "horovod",

@@ -1,0 +1,478 @@
+"""ctrain on the real Apptainer (Debian's 1.4.5, `make system`: scripts/apptainer.sh), as root and
+as the unprivileged user ``ctrain-test``: pulls from the Docker daemon and from the local
+registry (plain HTTP on loopback), an interrupted pull, exec's environment byte for byte and
+--cleanenv, binds, the working directory, exit codes and signals, the image's runscript, --nv on
+a machine without GPUs, overlays locked as Apptainer locks them, and `ctrain launch` inside the
+container under srun, on this host and across the compute hosts.
+
+Two images: busybox alone (a 1 MB SIF) and ctrain-min (Debian + Python + ctrain's source, no
+TensorFlow), each pulled once per module into a cache every compute host and the test user
+see (under /var/tmp)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ctrain.images import sif
+from tests.conftest import CLUSTER_PARTITION, cluster_dir
+from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, wait_for
+from tests.users import TEST_USER
+
+from . import passthrough
+from .images import REPO, busybox_base, ctrain_min_image
+from .jobs import clean_env, run
+
+TIMEOUT = 180
+RUNUSER = "/usr/sbin/runuser"  # util-linux's, where Debian keeps it
+EXEC = [CTRAIN, "exec", "--runtime", "apptainer", "--no-launch"]
+pytestmark = [pytest.mark.apptainer, pytest.mark.docker, pytest.mark.timeout(4 * TIMEOUT)]
+# An env value with everything a shell would evaluate or split.
+TRICKY = "a, b $HOME `echo hi` \"double\" 'single'  two  spaces\nsecond line\\"
+SHOW_TRICKY = "import os, sys; sys.stdout.buffer.write(os.environb[b'TRICKY'])"
+
+
+def ctrain(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CTRAIN, *args],
+        env=env or clean_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def exec_(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return ctrain(*EXEC[1:], *args, cwd=cwd, env=env)
+
+
+def pull(ref: str, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = clean_env(CTRAIN_CACHE_DIR=str(cache), CTRAIN_MIN_FREE_GB="1")
+    return ctrain(
+        "pull", "--runtime", "apptainer", *args, ref, cwd=cache.parent, env=env, timeout=600
+    )
+
+
+def pulled(ref: str, root: Path) -> Path:
+    """``ref`` pulled into the module's cache, readable by the test user."""
+    done = pull(ref, root / "cache")
+    assert done.returncode == 0, done.stderr
+    where = Path(done.stdout.split(" -> ")[-1].strip())
+    for directory in (root / "cache", where.parent):
+        directory.chmod(0o755)
+    return where
+
+
+@pytest.fixture(scope="module")
+def root() -> Iterator[Path]:
+    """A directory under /var/tmp the compute hosts and the test user can read."""
+    with cluster_dir() as path:
+        path.chmod(0o755)
+        yield path
+
+
+@pytest.fixture(scope="module")
+def busybox(root: Path) -> Path:
+    return pulled(f"docker-daemon://{busybox_base()}", root)
+
+
+@pytest.fixture(scope="module")
+def min_sif(root: Path) -> Path:
+    return pulled(f"docker-daemon://{ctrain_min_image()}", root)
+
+
+# ---- the wrapper (scripts/apptainer-enter.sh) -------------------------------------------------
+
+
+@pytest.mark.parametrize("cwd", ["/", "/bin", "/usr/lib", "/usr/share/doc"])
+def test_apptainer_starts_from_any_working_directory(cwd: str) -> None:
+    """A working directory under the root's own /usr is not bound over it (the host's /usr/bin
+    would replace apptainer and its libraries)."""
+    done = subprocess.run(
+        ["apptainer", "--version"], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("apptainer version "), done.stdout
+
+
+# ---- pull ----------------------------------------------------------------------------------
+
+
+def test_a_docker_daemon_pull_is_one_whole_sif_reused_the_second_time(
+    busybox: Path, root: Path
+) -> None:
+    assert sif.sif_problem(busybox.read_bytes()[:4096], busybox.stat().st_size) is None
+    record = json.loads(sif.sidecar_of(busybox).read_text())
+    assert record["ref"] == f"docker-daemon:{busybox_base()}"  # the form apptainer pull takes
+    again = pull(f"docker-daemon://{busybox_base()}", root / "cache")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"up to date: {busybox}"), again.stdout
+    assert "Starting build" not in again.stderr  # apptainer did not run
+    leftovers = [p.name for p in busybox.parent.iterdir() if ".pull-" in p.name]
+    assert leftovers == []
+    inspected = subprocess.run(
+        ["apptainer", "inspect", "--json", str(busybox)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    assert json.loads(inspected.stdout)["type"] == "container"
+
+
+def test_a_loopback_registry_is_pulled_over_plain_http(root: Path, tmp_path: Path) -> None:
+    """Apptainer speaks HTTPS to every registry unless told --no-https ("server gave HTTP
+    response to HTTPS client"); ctrain tells it for a registry on the loopback interface."""
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    ref = f"{REGISTRY}/ctrain-test/apptainer-busybox:{os.getpid()}-{int(time.time())}"
+    for argv in (["docker", "tag", busybox_base(), ref], ["docker", "push", ref]):
+        subprocess.run(argv, capture_output=True, timeout=TIMEOUT, check=True)
+    subprocess.run(["docker", "image", "rm", ref], capture_output=True, timeout=TIMEOUT)
+    plain = subprocess.run(
+        ["apptainer", "pull", "--disable-cache", str(tmp_path / "plain.sif"), f"docker://{ref}"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert plain.returncode == 255
+    assert "server gave HTTP response to HTTPS client" in plain.stderr
+    done = pull(f"docker://{ref}", tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    where = Path(done.stdout.split(" -> ")[-1].strip())
+    ran = exec_(str(where), "--", "sh", "-c", "echo from-the-registry", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "from-the-registry\n"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_pull_leaves_nothing_and_the_next_one_pulls(
+    signum: signal.Signals, tmp_path: Path
+) -> None:
+    image = ctrain_min_image()
+    cache = tmp_path / "cache"
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = clean_env(CTRAIN_CACHE_DIR=str(cache), CTRAIN_MIN_FREE_GB="1", TMPDIR=str(tmpdir))
+    argv = [CTRAIN, "pull", "--runtime", "apptainer", f"docker-daemon://{image}"]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # apptainer is at work once it says so
+        if "Extracting OCI image" in line or "Creating SIF file" in line:
+            break
+    proc.send_signal(signum)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    images = cache / sif.IMAGES_DIR
+    assert [p.name for p in images.iterdir() if not p.name.endswith(".lock")] == []
+    assert list(tmpdir.iterdir()) == []  # apptainer's build-temp-* removed too
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"pulled docker-daemon:{image} -> ")
+
+
+# ---- exec, run -----------------------------------------------------------------------------
+
+
+def test_the_environment_arrives_byte_for_byte_and_nothing_else(
+    min_sif: Path, tmp_path: Path
+) -> None:
+    options, env = passthrough.case(tmp_path)
+    env["LANG"] = "xx_XX.host"  # --cleanenv: the host's stays out, the image's own is kept
+    done = exec_(
+        *options, str(min_sif), "--", "python3", "-c", passthrough.SCRIPT, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    passthrough.check(done.stdout)
+    inside = json.loads(done.stdout)
+    assert inside["LANG"] == "C.UTF-8"  # the image's OCI Env (ctrain-min.Dockerfile)
+    assert inside["LD_LIBRARY_PATH"] == "/.singularity.d/libs"  # Apptainer's own (99-base.sh)
+    tricky = exec_(
+        "--env", f"TRICKY={TRICKY}", str(min_sif), "--", "python3", "-c", SHOW_TRICKY, cwd=tmp_path
+    )
+    assert tricky.returncode == 0, tricky.stderr
+    assert tricky.stdout == TRICKY
+
+
+def test_binds_with_a_space_read_only_and_missing(busybox: Path, tmp_path: Path) -> None:
+    data = tmp_path / "my data"
+    data.mkdir()
+    (data / "in").write_text("given\n")
+    ro = exec_(
+        "-B",
+        f"{data}:/data:ro",
+        str(busybox),
+        "--",
+        "sh",
+        "-c",
+        "cat /data/in; touch /data/x",
+        cwd=tmp_path,
+    )
+    assert ro.stdout == "given\n"
+    assert ro.returncode != 0 and "Read-only file system" in ro.stderr
+    assert not (data / "x").exists()
+    rw = exec_(
+        "-B", f"{data}:/data", str(busybox), "--", "sh", "-c", "echo made > /data/out", cwd=tmp_path
+    )
+    assert rw.returncode == 0, rw.stderr
+    assert (data / "out").read_text() == "made\n"
+    missing = exec_("-B", f"{tmp_path}/nowhere:/data", str(busybox), "--", "true", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.startswith(
+        f"ctrain: error: bind source '{tmp_path}/nowhere' does not exist"
+    )
+
+
+def test_working_directory_exit_code_and_sigterm(busybox: Path, tmp_path: Path) -> None:
+    here = tmp_path / "work dir"
+    here.mkdir()
+    done = exec_(str(busybox), "--", "sh", "-c", "pwd; exit 7", cwd=here)
+    assert (done.returncode, done.stdout) == (7, f"{here}\n"), done.stderr
+    script = 'trap "echo got-term; exit 42" TERM; echo ready; while :; do sleep 0.2; done'
+    proc = subprocess.Popen(
+        [
+            CTRAIN,
+            "exec",
+            "--runtime",
+            "apptainer",
+            "--no-launch",
+            str(busybox),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        env=clean_env(),
+        cwd=here,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)  # ctrain exec'd apptainer: the same pid
+    out, _ = proc.communicate(timeout=60)
+    assert (out, proc.returncode) == ("got-term\n", 42)
+    # A command killed by a signal: apptainer (ctrain's process, exec'd) re-raises it on itself,
+    # so the caller sees the same death (a shell would say 143).
+    killed = exec_(str(busybox), "--", "sh", "-c", "kill -TERM $$", cwd=here)
+    assert killed.returncode == -signal.SIGTERM
+
+
+def test_run_dispatches_through_the_images_runscript(min_sif: Path, tmp_path: Path) -> None:
+    """ctrain-min's ENTRYPOINT is `ctrain launch --`: Apptainer's runscript runs it."""
+    done = ctrain(
+        "run",
+        "--runtime",
+        "apptainer",
+        str(min_sif),
+        "--",
+        "sh",
+        "-c",
+        "echo $CTRAIN_LAUNCH_MODE",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "single"
+
+
+def test_nv_on_a_machine_without_gpus(busybox: Path, tmp_path: Path) -> None:
+    """Apptainer 1.4.5 says nothing when --nv finds no NVIDIA driver library: the command runs
+    with /.singularity.d/libs empty. (The /dev/nvidia* here are the device nodes `make services`
+    makes for Slurm's GPU accounting, bound with the host's /dev.)"""
+    done = exec_(
+        "--nv",
+        str(busybox),
+        "--",
+        "sh",
+        "-c",
+        "ls -A /.singularity.d/libs | wc -l; echo $LD_LIBRARY_PATH",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "/.singularity.d/libs"]
+    said = [line for line in done.stderr.lower().splitlines() if "nvidia" in line or "gpu" in line]
+    assert said == []
+
+
+# ---- overlays ------------------------------------------------------------------------------
+
+
+def test_an_overlay_takes_a_write_then_many_readers_and_locks_as_apptainer_does(
+    busybox: Path, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "o.img"
+    made = ctrain("overlay", "create", str(overlay), "--size", "64M", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    wrote = exec_(
+        "--overlay",
+        str(overlay),
+        str(busybox),
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /opt/pkgs; echo v1 > /opt/pkgs/f",
+        cwd=tmp_path,
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    hold = "cat /opt/pkgs/f; echo held > {mark}; while [ ! -e {stop} ]; do sleep 0.1; done"
+    readers = []
+    for i in range(2):
+        script = hold.format(mark=tmp_path / f"r{i}", stop=tmp_path / "stop")
+        argv = [*EXEC, "--overlay", f"{overlay}:ro", str(busybox), "--", "sh", "-c", script]
+        readers.append(
+            subprocess.Popen(
+                argv,
+                env=clean_env(),
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        wait_for(lambda: all((tmp_path / f"r{i}").exists() for i in range(2)), "2 readers", 60)
+        # A writer while the readers run: ctrain refuses before launch, and so does Apptainer
+        # itself on ctrain's readers' lock.
+        ours = exec_("--overlay", str(overlay), str(busybox), "--", "true", cwd=tmp_path)
+        assert ours.returncode != 0
+        assert "in use read-only by another process" in ours.stderr
+        theirs = subprocess.run(
+            ["apptainer", "exec", "--overlay", str(overlay), str(busybox), "true"],
+            capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
+        assert theirs.returncode == 255, theirs.stderr
+    finally:
+        (tmp_path / "stop").touch()
+        outs = [p.communicate(timeout=60) for p in readers]
+    assert [p.returncode for p in readers] == [0, 0], outs
+    assert [out for out, _ in outs] == ["v1\n", "v1\n"]
+
+
+# ---- as the unprivileged user ----------------------------------------------------------------
+
+
+def as_user(user: pwd.struct_passwd, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ctrain exec --runtime apptainer ARGS`` as the test user, from the source tree on Debian's
+    Python (the venv lives under /root)."""
+    env = clean_env(
+        HOME=user.pw_dir,
+        PYTHONPATH=str(REPO / "src"),
+        USER=TEST_USER,
+        LOGNAME=TEST_USER,
+        PATH=f"/usr/local/bin:{SYSTEM_PATH}",
+    )
+    argv = [RUNUSER, "-u", TEST_USER, "--", "/usr/bin/python3", "-m", "ctrain", *EXEC[1:], *args]
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def user_dir(test_user: pwd.struct_passwd, root: Path) -> Iterator[Path]:
+    path = root / f"user-{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir()
+    shutil.chown(path, test_user.pw_uid, test_user.pw_gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_user_without_dev_fuse_runs_the_sif_extracted(
+    min_sif: Path, test_user: pwd.struct_passwd, user_dir: Path
+) -> None:
+    """/dev/fuse is closed to users here (mode 600): squashfuse cannot mount the SIF, and
+    ctrain asks Apptainer to extract it instead (--unsquash)."""
+    assert os.stat("/dev/fuse").st_mode & 0o006 == 0  # this machine's setting, left as it is
+    plain = subprocess.run(
+        [RUNUSER, "-u", TEST_USER, "--", "apptainer", "exec", str(min_sif), "true"],
+        env=clean_env(HOME=test_user.pw_dir), cwd=user_dir, capture_output=True, text=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert plain.returncode == 255
+    assert "/dev/fuse" in plain.stderr
+    done = as_user(
+        test_user,
+        user_dir,
+        "--env",
+        f"TRICKY={TRICKY}",
+        str(min_sif),
+        "--",
+        "sh",
+        "-c",
+        "id -u; pwd; echo made > out",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{test_user.pw_uid}\n{user_dir}\n"
+    made = (user_dir / "out").stat()
+    assert (made.st_uid, made.st_gid) == (test_user.pw_uid, test_user.pw_gid)
+    tricky = as_user(
+        test_user,
+        user_dir,
+        "--env",
+        f"TRICKY={TRICKY}",
+        str(min_sif),
+        "--",
+        "python3",
+        "-c",
+        SHOW_TRICKY,
+    )
+    assert tricky.returncode == 0, tricky.stderr
+    assert tricky.stdout == TRICKY
+
+
+def test_a_user_without_dev_fuse_is_refused_an_overlay_before_launch(
+    busybox: Path, test_user: pwd.struct_passwd, user_dir: Path
+) -> None:
+    overlay = user_dir / "o.img"
+    made = ctrain("overlay", "create", str(overlay), "--size", "64M", cwd=user_dir)
+    assert made.returncode == 0, made.stderr
+    shutil.chown(overlay, test_user.pw_uid, test_user.pw_gid)
+    done = as_user(test_user, user_dir, "--overlay", f"{overlay}:ro", str(busybox), "--", "true")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"ctrain: error: overlay {overlay} cannot be mounted")
+
+
+# ---- under srun: this host and the compute hosts -------------------------------------------
+
+
+def launch_plans(out: Path, srun: list[str], image: Path, tasks: int) -> list[dict[str, object]]:
+    run(
+        [*srun, "-n", str(tasks), "-t", "5", "--output", f"{out}/plan-%t.json", *EXEC,
+         str(image), "--", "ctrain", "launch", "--explain", "--json"],
+        clean_env(),
+        timeout=TIMEOUT,
+        cwd=out,
+    )  # fmt: skip
+    return [json.loads((out / f"plan-{t}.json").read_text()) for t in range(tasks)]
+
+
+@pytest.mark.slurm
+def test_launch_inside_the_container_under_srun(min_sif: Path, tmp_path: Path) -> None:
+    plans = launch_plans(tmp_path, ["srun"], min_sif, 2)
+    assert [p["rank"] for p in plans] == [0, 1]
+    assert {p["mode"] for p in plans} == {"multiworker"}
+    assert plans[0]["tf_config"]["cluster"] == plans[1]["tf_config"]["cluster"]  # type: ignore[index]
+
+
+@pytest.mark.cluster
+def test_launch_inside_the_container_across_the_compute_hosts(min_sif: Path, root: Path) -> None:
+    out = root / f"plans-{os.getpid()}"
+    out.mkdir()
+    plans = launch_plans(out, ["srun", "-p", CLUSTER_PARTITION, "-N", "2"], min_sif, 2)
+    workers = plans[0]["tf_config"]["cluster"]["worker"]  # type: ignore[index]
+    assert [w.rsplit(":", 1)[0] for w in workers] == ["cn01", "cn02"], plans
+    assert [p["rank"] for p in plans] == [0, 1]
