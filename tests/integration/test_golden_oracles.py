@@ -3,9 +3,11 @@ command inside the container sees, not by the code that wrote it.
 
 apptainer and singularity argvs run through the Apptainer stand-in (tests/fake_apptainer.py,
 which refuses the flags real Apptainer refuses) with a SIF-shaped image whose PATH leads to a
-probe; docker argvs run on the real engine with a busybox image holding the same probe. Only the
-program, ``TMP`` and (for docker) the image name are replaced. The probe, run as ``ctrain``
-(exec), ``python`` (run) or from the shell, prints its working directory, user, arguments,
+probe; the apptainer argvs also through the real Apptainer with a real SIF holding the same
+probe, both reports held to the same expectation (the stand-in's differential test); docker
+argvs run on the real engine with a busybox image holding the same probe. Only the program,
+``TMP`` and (for docker) the image name are replaced. The probe, run as ``ctrain`` (exec),
+``python`` (run) or from the shell, prints its working directory, user, arguments,
 whether /data and /out are the bound directory and writable, and its whole environment, then
 exits 7. What each entry must show is written here from the request the golden file was made
 with (tests/unit/container/test_runtimes.py), not computed by ctrain.
@@ -228,6 +230,69 @@ def test_awkward_values_arrive_verbatim_in_the_standin(runtime: str, sif_root: P
     env = seen(done.stdout)["env"]
     assert isinstance(env, dict)
     assert {k: env.get(k) for k in AWKWARD} == AWKWARD
+
+
+# -- apptainer on the real binary: the same argvs, the same report as in the stand-in -----------
+
+
+@pytest.fixture(scope="module")
+def real_sif(sif_root: Path) -> Path:
+    """The probe in a real SIF built by the real apptainer from a directory: busybox, sh, the
+    probe as ctrain and python on Apptainer's default PATH, /data, /out and /work, and a
+    runscript that runs its arguments."""
+    tree = sif_root / "tree"
+    (tree / "bin").mkdir(parents=True)
+    shutil.copy2(BUSYBOX, tree / "bin" / "busybox")
+    (tree / "bin" / "sh").symlink_to("busybox")
+    write_probe(tree / "usr" / "local" / "bin")
+    runscript = (
+        tree / ".singularity.d" / "runscript"
+    )  # run IMG CMD ARGS: CMD ARGS, as in the stand-in
+    runscript.parent.mkdir()
+    runscript.write_text('#!/bin/sh\nexec "$@"\n')
+    runscript.chmod(0o755)
+    for directory in ("data", "out", "work"):
+        (tree / directory).mkdir()
+    image = sif_root / "real.sif"
+    built = subprocess.run(
+        ["apptainer", "build", "--force", str(image), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    return image
+
+
+@pytest.mark.apptainer
+@pytest.mark.parametrize("key", keys("apptainer"))
+def test_apptainer_golden_argv_on_the_real_binary_as_in_the_standin(
+    key: str, sif_root: Path, real_sif: Path
+) -> None:
+    """The differential test of the stand-in: each apptainer argv of the golden file through
+    the real Apptainer and through the stand-in; both reports meet the same expectation."""
+    entry = GOLDEN[key]
+    argv = [arg.replace("TMP", str(sif_root)) for arg in entry["argv"]]
+    env = {**HOST_ENV, **entry["process_env_added"]}
+    stdin = SHELL_INPUT if key.split("/")[1] == "shell" else ""
+    standin, _ = run_standin(argv, env, sif_root, stdin)
+    program = shutil.which("apptainer")
+    assert program is not None
+    images = {str(sif_root / "img.sif"): str(real_sif)}
+    real = subprocess.run(
+        [program, *(images.get(arg, arg) for arg in argv[1:])],
+        env=env,
+        cwd="/work",
+        input=stdin.encode(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert (real.returncode, standin.returncode) == (EXIT, EXIT), real.stderr.decode()
+    uid = f"{os.getuid()}:{os.getgid()}"
+    reports = [seen(real.stdout), seen(standin.stdout)]
+    for report in reports:
+        check(report, expected(key, uid, "2,3"))
+    assert reports[0] == reports[1]  # check() took the environments out: the rest is equal
 
 
 # -- docker, on the real engine ------------------------------------------------------------------
