@@ -12,10 +12,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -107,9 +105,14 @@ def temp_prefix(target: Path, tag: str) -> str:
     return f".{target.name}.{tag}-"
 
 
+def _random() -> str:
+    """8 hex digits from the OS (not secrets or tempfile: importing them costs every exec)."""
+    return os.urandom(4).hex()
+
+
 def temp_beside(target: Path, tag: str) -> Path:
     """``<dir>/.<name>.<tag>-<pid>-<random>``: hidden, unique, on the target's filesystem."""
-    return target.with_name(f"{temp_prefix(target, tag)}{os.getpid()}-{secrets.token_hex(4)}")
+    return target.with_name(f"{temp_prefix(target, tag)}{os.getpid()}-{_random()}")
 
 
 def remove(path: Path) -> None:
@@ -134,7 +137,13 @@ def scratch(parent: Path, prefix: str) -> Iterator[Path]:
     """A new private directory under ``parent`` for another program's temporary files, removed
     with everything in it when the block ends, however it ends: a program stopped mid-way may
     leave its own (Apptainer 1.4.5's pull, stopped while it extracts layers, can)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    while True:
+        path = parent / f"{prefix}{_random()}"
+        try:
+            path.mkdir(mode=0o700)
+            break
+        except FileExistsError:
+            continue
     try:
         yield path
     finally:

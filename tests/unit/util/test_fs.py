@@ -142,3 +142,21 @@ def test_check_free(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         fs.check_free(tmp_path, 10**9, "pull elsewhere with -o")
     assert raised.value.fix == "pull elsewhere with -o"
+
+
+def test_scratch_is_private_and_gone_however_the_block_ends(tmp_path: Path) -> None:
+    with fs.scratch(tmp_path, "tool-") as made:
+        assert made.parent == tmp_path and made.name.startswith("tool-")
+        assert made.stat().st_mode & 0o777 == 0o700
+        locked = made / "build-temp-1" / "rootfs"
+        locked.mkdir(parents=True)
+        (locked / "file").write_text("x")
+        locked.chmod(0o500)  # what a stopped tool leaves: a read-only extracted root
+        locked.parent.chmod(0o500)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), fs.scratch(tmp_path, "tool-") as made:
+        (made / "partial").write_text("x")
+        raise RuntimeError("stopped")
+    assert list(tmp_path.iterdir()) == []
+    with fs.scratch(tmp_path, "tool-") as one, fs.scratch(tmp_path, "tool-") as two:
+        assert one != two
