@@ -29,6 +29,7 @@ from ctrain.container.spec import (
     parse_env_file,
     parse_env_pair,
     parse_overlay,
+    pmix_server_dir,
     refuse_shared_rw_overlay,
 )
 from ctrain.container.versions import RuntimeVersion
@@ -174,6 +175,10 @@ def plan_invocation(
     tmpdir = job_tmpdir(environ) if runtime.name != HOST else None
     if tmpdir is not None and not any(bind.dst == tmpdir for bind in binds):
         binds = (Bind(tmpdir, tmpdir), *binds)
+    # Apptainer makes the mount point; charliecloud's read-only image would need it already.
+    pmix = pmix_server_dir(environ) if runtime.name in SIF_RUNTIMES else None
+    if pmix is not None and not any(bind.dst == pmix for bind in binds):
+        binds = (*binds, Bind(pmix, pmix))
     overlay = parse_overlay(request.overlay) if request.overlay else None
     refuse_shared_rw_overlay(overlay, environ)
     image = request.image

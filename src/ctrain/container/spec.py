@@ -1,6 +1,7 @@
 """What a container run asks for, validated: binds, overlay, environment, GPUs.
 
-Parsing is pure; ``check_paths`` and ``job_tmpdir`` are the places that look at the filesystem.
+Parsing is pure; ``check_paths``, ``job_tmpdir`` and ``pmix_server_dir`` are the places that
+look at the filesystem.
 
 What reaches the container, decided on purpose (runtimes that clean the environment, like
 apptainer's ``--cleanenv``, drop everything else): the PASSTHROUGH lists; USER and LOGNAME (a
@@ -158,6 +159,19 @@ def job_tmpdir(environ: Mapping[str, str]) -> str | None:
     if not path.is_absolute() or path == PurePosixPath("/tmp") or not Path(tmpdir).is_dir():
         return None
     return tmpdir
+
+
+def pmix_server_dir(environ: Mapping[str, str]) -> str | None:
+    """The directory of the PMIx server that started this task (``srun --mpi=pmix``: Slurm puts
+    it under SlurmdSpoolDir, /var/spool/slurmd/pmix.JOB.STEP), when it exists: the ranks' PMIx
+    clients find the server's shared-memory store there, and Open MPI makes its session
+    directory in it. A container that cannot see it fails in MPI_Init ("PMIX ERROR ...
+    gds_ds12_lock_pthread.c", "ORTE_ERROR_LOG ... session_dir.c"), so it is bound at the same
+    path."""
+    directory = environ.get("PMIX_SERVER_TMPDIR", "")
+    if not PurePosixPath(directory).is_absolute() or not Path(directory).is_dir():
+        return None
+    return str(PurePosixPath(directory))
 
 
 def container_env(

@@ -404,3 +404,22 @@ def test_nv_keeps_the_host_driver_first_on_apptainer_1_5(
     else:
         assert carried == (own.split("=", 1)[1] if own and own.startswith("PREPEND") else None)
         assert not any(n.startswith("--nv:") for n in planned.notes)
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity", "docker"])
+def test_the_pmix_servers_directory_is_bound_into_a_sif_container(
+    tmp_path: Path, runtime: str
+) -> None:
+    """srun --mpi=pmix: the ranks' PMIx clients need the server's directory (its shared-memory
+    store), which Slurm keeps under SlurmdSpoolDir, outside what Apptainer binds by itself."""
+    server = tmp_path / "spool" / "pmix.7.0"
+    server.mkdir(parents=True)
+    environ = {"PMIX_SERVER_TMPDIR": f"{server}/", "PMIX_RANK": "0"}
+    planned = plan(tmp_path, runtime=runtime, environ=environ)
+    bind = f"{server}:{server}:rw"
+    assert (bind in planned.argv) is (runtime != "docker")
+    for missing in (str(tmp_path / "gone"), "relative/pmix.7.0", ""):
+        planned = plan(tmp_path, runtime="apptainer", environ={"PMIX_SERVER_TMPDIR": missing})
+        assert "--bind" not in planned.argv
+    mine = plan(tmp_path, runtime="apptainer", environ=environ, binds=(f"{tmp_path}:{server}:ro",))
+    assert mine.argv.count("--bind") == 1 and f"{tmp_path}:{server}:ro" in mine.argv
