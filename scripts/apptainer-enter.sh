@@ -35,8 +35,10 @@ unset CTRAIN_APPTAINER_STAGE
 say() { echo "apptainer (ctrain wrapper): $*" >&2; }
 
 # Directories bound from the host (when they exist there): the kernel's, the temporary ones,
-# homes, /run (the Docker socket), and where checkouts, venvs and data live. Each is bound once.
-HOST_DIRS="/proc /sys /dev /tmp /var/tmp /home /root /run /work /opt /scratch /data /srv /mnt"
+# homes, /run (the Docker socket), /var/spool (slurmd's, where `srun --mpi=pmix` puts the PMIx
+# server's directory that ctrain binds into the container), and where checkouts, venvs and data
+# live. Each is bound once.
+HOST_DIRS="/proc /sys /dev /tmp /var/tmp /var/spool /home /root /run /work /opt /scratch /data /srv /mnt"
 # Files bound over the root's own: the host's users (subuid/subgid: --fakeroot) and names.
 HOST_FILES="/etc/passwd /etc/group /etc/subuid /etc/subgid /etc/hosts /etc/resolv.conf"
 # Top-level directories of the root itself: a working directory under one of these is not bound

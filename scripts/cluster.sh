@@ -9,7 +9,9 @@
 #   - per host one slurmd (`slurmd -N cnNN`) in that network namespace plus its own UTS namespace
 #     (hostname cnNN); the filesystem, /tmp included, is shared (a checkout or venv under /tmp
 #     must be seen by every host). Slurm's per-node scratch (TmpFS, where the PMIx plugin makes
-#     its spmix_appdir_* directories, which would clash between hosts) is $CLUSTER_ROOT/%n/tmp;
+#     its spmix_appdir_* directories, which would clash between hosts) is $CLUSTER_ROOT/%n: under
+#     /tmp, as Slurm's default TmpFS=/tmp is, so a container that binds /tmp (Apptainer does by
+#     default) sees the PMIx client's directory, where Open MPI makes its session directory;
 #   - /etc/hosts lines for every host and for the login host's name (-> the bridge address, so
 #     srun and slurmctld on the login host are reachable from the compute hosts), each ending with
 #     $HOSTS_MARK; other lines naming the login host are commented out with $HOSTS_OFF.
@@ -18,7 +20,7 @@
 CLUSTER_BRIDGE=ctrain-br0
 CLUSTER_NET=10.77.0
 CLUSTER_STATE=/run/ctrain-cluster.nodes
-CLUSTER_ROOT=/var/lib/ctrain-cluster
+CLUSTER_ROOT=/tmp/ctrain-cluster
 CLUSTER_PARTITION=cluster
 HOSTS_MARK="# ctrain-cluster"
 HOSTS_OFF="#ctrain-cluster-off# "
@@ -31,7 +33,7 @@ cluster_hostlist() { printf 'cn[01-%02d]' "$1"; }
 # the hardware part of `slurmd -C` (every host is this machine: same CPUs, shared by all).
 cluster_conf_lines() {
     local n=$1 hw=$2
-    echo "TmpFS=$CLUSTER_ROOT/%n/tmp"
+    echo "TmpFS=$CLUSTER_ROOT/%n"
     echo "NodeName=$(cluster_hostlist "$n") NodeAddr=$CLUSTER_NET.[11-$((10 + n))] $hw State=UNKNOWN"
     echo "PartitionName=$CLUSTER_PARTITION Nodes=$(cluster_hostlist "$n") Default=NO MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
 }
@@ -84,10 +86,10 @@ net_up() {
         ip link set "ctrain-$name" master "$CLUSTER_BRIDGE" up
         ip -n "$name" link set lo up
         ip -n "$name" link set eth0 up
-        install -d -m 1777 "$CLUSTER_ROOT/$name/tmp"
+        install -d -m 1777 "$CLUSTER_ROOT/$name"
         install -d -m 0755 "/var/spool/slurmd-$name"
     done
-    install -d -m 1777 "$CLUSTER_ROOT/$HOST/tmp"  # the login host's node, TmpFS too
+    install -d -m 1777 "$CLUSTER_ROOT/$HOST"  # the login host's node, TmpFS too
     sort -u -o "$CLUSTER_STATE" "$CLUSTER_STATE"
 }
 

@@ -39,7 +39,7 @@ pytestmark = [
 
 
 def slurm_tmpfs_root() -> str:
-    """The directory above Slurm's per-node TmpFS (``/var/lib/ctrain-cluster/%n/tmp`` here,
+    """The directory above Slurm's per-node TmpFS (``/tmp/ctrain-cluster/%n`` here,
     scripts/cluster.sh), where slurmstepd makes the PMIx client's temporary directory."""
     config = sh(["scontrol", "show", "config"])
     (tmpfs,) = [line.split("=", 1)[1].strip() for line in config.splitlines() if "TmpFS" in line]
