@@ -66,6 +66,18 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def spread_ms(values: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles, min and max of ``values`` (milliseconds), as the tables show them."""
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return {
+        "median_ms": median(values),
+        "q1_ms": q1,
+        "q3_ms": q3,
+        "min_ms": min(values),
+        "max_ms": max(values),
+    }
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "n/a"
 

@@ -1,7 +1,8 @@
 """`make bench`: what ctrain costs on top of plain TensorFlow, measured side by side in one run.
 
     .venv/bin/python benchmarks/run.py [--out runs/bench]
-                                       [--only startup,launch,scaling,input,memory,scripts]
+                                       [--only startup,launch,scaling,input,memory,scripts,
+                                              apptainer]
 
 Sections (README.md, section Benchmarks, shows the figures):
   startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
@@ -14,6 +15,8 @@ Sections (README.md, section Benchmarks, shows the figures):
   memory   peak resident memory per worker against the same script run directly
   scripts  outside-style scripts (Horovod Keras, Keras 3 MultiWorkerMirroredStrategy) against
            the same through ctrain's API, 2 workers (benchmarks/scripts_vs_api.py)
+  apptainer  `ctrain exec` against `apptainer exec` on the same SIF, with and without
+           `--no-launch`, and where the difference goes (benchmarks/apptainer_exec.py)
 
 Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
 `make install services`. Numbers are ratios taken in the same run, interleaved where it
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from apptainer_exec import apptainer_exec, apptainer_table
 from common import REPO, T0, say
 from overhead import launch_overhead, launch_table, memory, memory_table
 from scaling import scaling, scaling_plot, scaling_table
@@ -40,7 +44,7 @@ from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
 from throughput import input_pipeline, input_table
 
-SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts")
+SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts", "apptainer")
 
 
 def find_image(requested: str | None) -> str | None:
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per scaling run")
     parser.add_argument("--scaling-reps", type=int, default=5, help="scaling repetitions")
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
+    parser.add_argument("--sif", help="SIF with Python and ctrain for section apptainer")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -116,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     if "scripts" in only:
         results["scripts"] = scripts_vs_api(work, args.reps)
         tables.append(("Scripts against the API", scripts_table(results["scripts"])))
+    if "apptainer" in only:
+        say("apptainer exec")
+        results["apptainer"] = apptainer_exec(args.startup_reps, work, args.sif)
+        tables.append(("ctrain exec on Apptainer", apptainer_table(results["apptainer"])))
     load_after = os.getloadavg()
     elapsed = time.monotonic() - T0
     head = (

@@ -12,12 +12,11 @@ the median's ratio to Click's; the goal is at most 1.3x.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from typing import Any
 
-from common import CTRAIN, PYTHON, clean_env, median, run, say
+from common import CTRAIN, PYTHON, clean_env, median, run, say, spread_ms
 
 BASE = 'python -c "import click"'
 COMMANDS = {
@@ -39,20 +38,9 @@ def startup(reps: int) -> dict[str, Any]:
             run(argv, env, timeout=60)
             times[name].append((time.perf_counter() - start) * 1000)
     base = median(times[BASE])
-    rows = []
-    for name, t in times.items():
-        q1, _, q3 = statistics.quantiles(t, n=4)
-        rows.append(
-            {
-                "command": name,
-                "median_ms": median(t),
-                "q1_ms": q1,
-                "q3_ms": q3,
-                "min_ms": min(t),
-                "max_ms": max(t),
-                "vs_click": median(t) / base,
-            }
-        )
+    rows = [
+        {"command": name, **spread_ms(t), "vs_click": median(t) / base} for name, t in times.items()
+    ]
     return {"reps": reps, "goal": GOAL, "rows": rows}
 
 
