@@ -25,7 +25,7 @@ import pytest
 
 from ctrain.images import sif
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
-from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, wait_for
+from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, run_ctrain, wait_for
 from tests.users import TEST_USER
 
 from . import passthrough
@@ -44,14 +44,7 @@ SHOW_TRICKY = "import os, sys; sys.stdout.buffer.write(os.environb[b'TRICKY'])"
 def ctrain(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CTRAIN, *args],
-        env=env or clean_env(),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_ctrain(*args, env=env or clean_env(), cwd=cwd, timeout=timeout)
 
 
 def exec_(
@@ -405,15 +398,7 @@ def test_a_user_without_dev_fuse_runs_the_sif_extracted(
     assert plain.returncode == 255
     assert "/dev/fuse" in plain.stderr
     done = as_user(
-        test_user,
-        user_dir,
-        "--env",
-        f"TRICKY={TRICKY}",
-        str(min_sif),
-        "--",
-        "sh",
-        "-c",
-        "id -u; pwd; echo made > out",
+        test_user, user_dir, str(min_sif), "--", "sh", "-c", "id -u; pwd; echo made > out"
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{test_user.pw_uid}\n{user_dir}\n"
