@@ -1,221 +1,247 @@
-"""Whole jobs under the local Slurm through the Apptainer stand-in (tests/fake_apptainer.py), which
-runs each command for real on this host: the job scripts with CTRAIN_RUNTIME=apptainer and a
-remote image in the local registry (127.0.0.1:5000). The image is pulled once, in the batch step,
-through ctrain's pull (one download in the stand-in's log for all ranks); the step itself is
-offline (FAKE_APPTAINER_OFFLINE=1 for srun only, through srun's SLURM_EXPORT_ENV) and each rank
-runs the local SIF file; training ends with the same weights on both ranks.
+"""The job scripts on the real Apptainer (Debian's 1.4.5, `make system`) under the local Slurm,
+with ctrain's CPU image (TensorFlow, Horovod, Open MPI inside), pushed to the local registry.
 
-Also: an environment value with $HOME, backticks, quotes, a comma, spaces, a newline and a trailing
-backslash reaches the command byte for byte through ``ctrain exec`` on apptainer and singularity.
+The first job names the image as ``docker://127.0.0.1:5000/...``: its batch step pulls it once
+through ctrain's pull (`ctrain resolve`, Apptainer told --no-https for the loopback registry)
+into a SIF in a cache every compute host sees, and every rank runs that file (Apptainer's own
+APPTAINER_CONTAINER inside says so). Then, from the same cache and with no second download: a
+Horovod job (`srun --mpi=pmix` into the container's Open MPI, the host's PMIx), a multiworker job
+stopped by SIGUSR2, requeued and resumed to the uninterrupted job's weights bit for bit, and a
+Horovod job on two compute hosts of partition `cluster` (PMIx across hosts), which cannot reach
+the registry: their batch step finds the image in the shared cache, as after a `ctrain pull` on a
+login node. With an empty cache, the same job fails in its batch step with ctrain's one-line
+error and fix, Apptainer's own "connection refused" in it, and no rank starts. Every
+multi-rank job ends with identical weights on its ranks.
 
-The image is a `docker import` of an empty root whose OCI Env puts this venv first on PATH (and
-this checkout on PYTHONPATH): the stand-in runs commands on the host with the image's
-environment, as Apptainer would inside the image.
+One SIF of about 900 MB per run: the pull is the slow part (minutes on 2 cores).
 """
 
 from __future__ import annotations
 
-import io
-import os
+import dataclasses
+import shutil
 import subprocess
-import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ctrain.images import pull, sif
-from tests import fake_apptainer
-from tests.helpers import REGISTRY, ctrain_env, need, registry_up
+from tests.conftest import CLUSTER_PARTITION, cluster_dir
+from tests.helpers import REGISTRY, need, registry_up
 
+from .images import ci_cpu_image
 from .jobs import BIN
-from .test_jobs_real import RESUMABLE, final_weights, job_env, lines, log, render, wait_done
+from .test_jobs_real import (
+    RESUMABLE,
+    final_weights,
+    holds,
+    job_record,
+    lines,
+    log,
+    render,
+    sh,
+    submit,
+    wait_done,
+    wait_held,
+)
+from .test_multinode import SUBNET
 
-TIMEOUT = 180
-THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
-pytestmark = [pytest.mark.timeout(900)]
-
-
-def empty_root() -> bytes:
-    """A root filesystem with one empty directory (the stand-in never looks inside)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("tmp")
-        info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777, 0
-        tar.addfile(info)
-    return buffer.getvalue()
-
-
-def image_env() -> dict[str, str]:
-    """What the image's OCI Env holds: this venv and checkout, one thread per process."""
-    return {
-        **fake_apptainer.ctrain_image_env(),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        **dict.fromkeys(THREADS, "1"),
-    }
-
-
-@pytest.fixture(scope="module")
-def remote_image() -> Iterator[str]:
-    """``docker://127.0.0.1:5000/...`` of a tiny image pushed for this run."""
-    need(registry_up(), f"no registry at {REGISTRY} (make services)")
-    tag = f"{REGISTRY}/ctrain-test/host-venv:{os.getpid()}-{int(time.time())}"
-    changes = [a for k, v in image_env().items() for a in ("--change", f"ENV {k}={v}")]
-    steps: list[tuple[list[str], bytes | None]] = [
-        (["docker", "import", *changes, "-", tag], empty_root()),
-        (["docker", "push", tag], None),
-    ]
-    for argv, data in steps:
-        done = subprocess.run(argv, input=data, capture_output=True, timeout=TIMEOUT)
-        assert done.returncode == 0, done.stderr.decode(errors="replace")
-    subprocess.run(["docker", "image", "rm", tag], capture_output=True, timeout=TIMEOUT)
-    yield f"docker://{tag}"
-
-
-class StandIn:
-    """The stand-in apptainer first on PATH, its log, and ctrain's cache, under ``root``."""
-
-    def __init__(self, root: Path, name: str = "apptainer") -> None:
-        self.root = root
-        self.bin = root / "bin"
-        self.log = root / "apptainer-calls.jsonl"
-        self.cache = root / "cache"
-        fake_apptainer.install(self.bin, name)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return ctrain_env(
-            job_env(
-                PATH=f"{self.bin}:{BIN}:/usr/bin:/bin",
-                FAKE_APPTAINER_LOG=str(self.log),
-                CTRAIN_CACHE_DIR=str(self.cache),
-                CTRAIN_MIN_FREE_GB="1",
-                **extra,
-            )
-        )
-
-    def calls(self) -> list[dict[str, object]]:
-        return fake_apptainer.calls(self.log)
-
-    def downloads(self) -> list[dict[str, object]]:
-        return fake_apptainer.downloads(self.log)
-
-    def images(self) -> list[object]:
-        found = [c["container"] for c in self.calls() if "container" in c]
-        return [c["image"] for c in found if isinstance(c, dict)]
-
-
-OFFLINE_STEP = "ALL,FAKE_APPTAINER_OFFLINE=1"  # srun's --export: the step's, not the batch's
-
-
-def sbatch(script: Path, env: dict[str, str], cwd: Path, submitted: list[str]) -> str:
-    done = subprocess.run(
-        ["sbatch", "--parsable", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
-    submitted.append(job)
-    return job
-
-
-def run_job(mode: str, ranks: int, image: str, root: Path, submitted: list[str]) -> StandIn:
-    """``mode``'s job script on apptainer with the remote ``image``, the step offline."""
-    standin = StandIn(root)
-    out = root / "out"
-    script = root / "job.sbatch"
-    command = ["python", str(RESUMABLE), str(out), "2"]
-    script.write_text(render(mode, command, runtime="apptainer", image=image, job_name=mode))
-    job = sbatch(script, standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP), root, submitted)
-    record = wait_done(job, root)
-    assert record["JobState"] == "COMPLETED", log(root)
-    assert record["ExitCode"] == "0:0", log(root)
-    runs = lines(out / "runs.jsonl")
-    assert sorted(r["rank"] for r in runs) == list(range(ranks))  # type: ignore[type-var]
-    expected_mode = "horovod" if mode.startswith("horovod") else mode
-    assert all(r["end"] == "done" and r["mode"] == expected_mode for r in runs), runs
-    first, *others = final_weights(out, ranks)
-    assert all(w == first for w in others)
-    return standin
-
-
-CASES = [
-    pytest.param("multiworker", id="multiworker"),
-    pytest.param("horovod-srun", id="horovod-srun", marks=pytest.mark.horovod),
+EPOCHS = 2  # the requeue test holds before epoch 1, step 5
+PUSH_TIMEOUT = 900  # the CPU image's layers into the local registry, the first time
+pytestmark = [
+    pytest.mark.apptainer,
+    pytest.mark.docker,
+    pytest.mark.slurm,
+    pytest.mark.tensorflow,
+    pytest.mark.timeout(1800),
 ]
 
 
-@pytest.mark.slurm
-@pytest.mark.docker
-@pytest.mark.tensorflow
-@pytest.mark.parametrize("mode", CASES)
-def test_job_pulls_once_and_every_rank_runs_the_local_file_offline(
-    mode: str, remote_image: str, tmp_path: Path, jobs_to_cancel: list[str]
+@pytest.fixture(scope="module")
+def remote_image() -> str:
+    """The CI CPU image in the local registry, as ``docker://127.0.0.1:5000/...``."""
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    image = ci_cpu_image()
+    ref = f"{REGISTRY}/ctrain-test/ctrain-cpu:ci"
+    for argv in (["docker", "tag", image, ref], ["docker", "push", ref]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PUSH_TIMEOUT)
+        assert done.returncode == 0, done.stderr
+    return f"docker://{ref}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    root: Path  # under /var/tmp: every compute host sees it
+    cache: Path  # ctrain's cache, shared by every job of the module
+
+    def workdir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir()
+        shutil.copy(RESUMABLE, path / "train.py")  # Apptainer binds the working directory
+        return path
+
+    def env(self, image: str, **extra: str) -> dict[str, str]:
+        return {
+            "CTRAIN_RUNTIME": "apptainer",
+            "CTRAIN_IMAGE": image,
+            "CTRAIN_CACHE_DIR": str(self.cache),
+            "CTRAIN_MIN_FREE_GB": "1",
+            **extra,
+        }
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Shared]:
+    with cluster_dir() as root:
+        root.chmod(0o755)
+        yield Shared(root, root / "cache")
+
+
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[list[str]]:
+    submitted: list[str] = []
+    yield submitted
+    for job in submitted:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+def command(workdir: Path, epochs: int, *extra: str) -> list[str]:
+    return ["python", str(workdir / "train.py"), str(workdir / "out"), str(epochs), *extra]
+
+
+def run_job(mode: str, workdir: Path, env: dict[str, str], jobs: list[str], **options: str) -> Path:
+    """``mode``'s job script to completion on Apptainer; its output directory."""
+    script = render(mode, command(workdir, EPOCHS), runtime="apptainer", job_name=mode, **options)
+    job = submit(script, workdir, jobs, **env)
+    record = wait_done(job, workdir)
+    assert record["JobState"] == "COMPLETED", log(workdir)
+    assert record["ExitCode"] == "0:0" and record["Restarts"] == "0", log(workdir)
+    return workdir / "out"
+
+
+def check_ranks(out: Path, mode: str, sif_file: Path) -> None:
+    """Both ranks trained to the end in ``mode``, inside ``sif_file``, to the same weights."""
+    runs = lines(out / "runs.jsonl")
+    assert sorted(r["rank"] for r in runs) == [0, 1], runs  # type: ignore[type-var]
+    assert all(r["mode"] == mode and r["end"] == "done" for r in runs), runs
+    assert {r["container"] for r in runs} == {str(sif_file)}, runs
+    assert all(r["python"] != str(BIN / "python") for r in runs)  # the image's, not this venv's
+    first, second = final_weights(out, 2)
+    assert first == second
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstJob:
+    workdir: Path
+    out: Path
+    sif_file: Path  # the file the pull wrote
+
+
+@pytest.fixture(scope="module")
+def first(remote_image: str, shared: Shared, jobs: list[str]) -> FirstJob:
+    """The multiworker job with the remote image and an empty cache: it pulls."""
+    workdir = shared.workdir("first")
+    out = run_job("multiworker", workdir, shared.env(remote_image), jobs)
+    ref = remote_image  # docker:// is the form apptainer pull takes as it is
+    return FirstJob(workdir, out, shared.cache / sif.IMAGES_DIR / pull.image_filename(ref))
+
+
+def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(
+    first: FirstJob, remote_image: str
 ) -> None:
-    standin = run_job(mode, 2, remote_image, tmp_path, jobs_to_cancel)
-    downloads = standin.downloads()
-    assert [d["ref"] for d in downloads] == [remote_image], log(tmp_path)
-    pulls = [c for c in standin.calls() if c.get("argv", [""])[0] == "pull"]  # type: ignore[index]
-    assert len(pulls) == 1  # the batch step's, through ctrain's pull
-    local = str(standin.cache / sif.IMAGES_DIR / pull.image_filename(remote_image))
-    assert standin.images() == [local, local], standin.calls()  # one exec per rank
+    text = log(first.workdir, tail=0)
+    assert text.count(f"pulling {remote_image} into {first.sif_file}") == 1, text
+    head, size = first.sif_file.read_bytes()[:4096], first.sif_file.stat().st_size
+    assert sif.sif_problem(head, size) is None
+    record = sif.read_sidecar(sif.sidecar_of(first.sif_file))
+    assert record is not None and record.ref == remote_image
+    check_ranks(first.out, "multiworker", first.sif_file)
+    assert [e["epoch"] for e in lines(first.out / "epochs.jsonl")] == list(range(EPOCHS))
 
 
-@pytest.mark.slurm
-@pytest.mark.docker
-def test_the_step_is_offline_and_the_batch_step_is_not(
-    remote_image: str, tmp_path: Path, jobs_to_cancel: list[str]
+@pytest.mark.horovod
+def test_horovod_under_srun_pmix_into_the_containers_open_mpi(
+    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
 ) -> None:
-    """The control for the test above: with SLURM_EXPORT_ENV as it sets it, the stand-in
-    itself reaches the registry from the batch step and refuses the remote image in the step."""
-    standin = StandIn(tmp_path)
-    script = tmp_path / "probe.sbatch"
-    script.write_text(
-        "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --time=2\n#SBATCH --output=probe.out\n"
-        f"apptainer exec {remote_image} true && echo batch online\n"
-        f"srun apptainer exec {remote_image} true || echo step offline\n"
+    workdir = shared.workdir("horovod")
+    out = run_job("horovod-srun", workdir, shared.env(remote_image), jobs)
+    check_ranks(out, "horovod", first.sif_file)
+    assert "pulling" not in log(workdir, tail=0)  # the batch step found the SIF pulled before
+
+
+def test_a_requeued_job_resumes_to_the_uninterrupted_weights(
+    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
+) -> None:
+    workdir = shared.workdir("requeue")
+    out = workdir / "out"
+    script = render(
+        "multiworker",
+        command(workdir, EPOCHS, *holds("1:5")),
+        runtime="apptainer",
+        job_name="requeue",
     )
-    # apptainer itself caches under APPTAINER_CACHEDIR, else ~/.apptainer: keep it in tmp_path.
-    env = standin.env(SLURM_EXPORT_ENV=OFFLINE_STEP, APPTAINER_CACHEDIR=str(tmp_path / "ac"))
-    job = sbatch(script, env, tmp_path, jobs_to_cancel)
-    assert wait_done(job, tmp_path)["JobState"] == "COMPLETED", log(tmp_path)
-    assert list((tmp_path / "ac" / "cache").iterdir())  # the batch step's pull went there
-    text = log(tmp_path)
-    assert "batch online\n" in text and "no route to host" in text and "step offline\n" in text
+    job = submit(script, workdir, jobs, **shared.env(remote_image))
+    wait_held(job, out, 0, workdir)
+    sh(["scancel", "--signal=USR2", "--batch", job])  # through srun, ctrain exec, apptainer
+    record = wait_done(job, workdir)
+    assert record["JobState"] == "COMPLETED", log(workdir)
+    assert record["Restarts"] == "1", log(workdir)
+    runs = lines(out / "runs.jsonl")
+    assert sorted((r["restart"], r["end"]) for r in runs) == [  # type: ignore[type-var]
+        (0, "exit 75"),
+        (0, "exit 75"),
+        (1, "done"),
+        (1, "done"),
+    ]
+    assert {r["container"] for r in runs} == {str(first.sif_file)}
+    assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == list(range(EPOCHS))
+    assert final_weights(out, 2) == final_weights(first.out, 2)
 
 
-TRICKY = "a, b $HOME `echo hi` \"double\" 'single'  two  spaces\nsecond line\\"
+# ---- across the compute hosts of partition `cluster`: offline, the cache on a shared filesystem
 
 
-@pytest.mark.parametrize("runtime", ["apptainer", "singularity"])
-def test_an_env_value_reaches_the_command_byte_for_byte(runtime: str, tmp_path: Path) -> None:
-    standin = StandIn(tmp_path, runtime)
-    image = tmp_path / "img.sif"
-    fake_apptainer.make_sif(image, image_env())
-    show = "import os, sys; sys.stdout.buffer.write(os.environb[b'TRICKY'])"
-    done = subprocess.run(
-        [
-            str(BIN / "ctrain"),
-            "exec",
-            "--runtime",
-            runtime,
-            "--no-launch",
-            "--env",
-            f"TRICKY={TRICKY}",
-            str(image),
-            "--",
-            "python",
-            "-c",
-            show,
-        ],
-        env=standin.env(),
-        capture_output=True,
-        timeout=TIMEOUT,
-        cwd=tmp_path,
+CLUSTER = {"nodes": "2", "tasks_per_node": "1", "partition": CLUSTER_PARTITION}
+CLUSTER_MPI = {"OMPI_MCA_oob_tcp_if_include": SUBNET, "OMPI_MCA_btl_tcp_if_include": SUBNET}
+
+
+def node_names(nodelist: str) -> list[str]:
+    return sh(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+@pytest.mark.cluster
+@pytest.mark.horovod
+def test_an_image_pulled_before_runs_on_two_offline_hosts(
+    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
+) -> None:
+    """The compute hosts cannot reach the registry (127.0.0.1:5000 is their own loopback): the
+    batch step's `ctrain resolve` finds the image pulled before in the shared cache, as after a
+    `ctrain pull` on a login node, and each rank runs that file on its own host."""
+    workdir = shared.workdir("two-hosts")
+    out = run_job("horovod-srun", workdir, shared.env(remote_image, **CLUSTER_MPI), jobs, **CLUSTER)
+    record = job_record(jobs[-1])
+    assert record["NumNodes"] == "2" and len(node_names(record["NodeList"])) == 2
+    check_ranks(out, "horovod", first.sif_file)
+    assert "pulling" not in log(workdir, tail=0)
+
+
+@pytest.mark.cluster
+def test_an_image_not_pulled_fails_in_the_batch_step_with_the_fix(
+    remote_image: str, shared: Shared, jobs: list[str]
+) -> None:
+    workdir = shared.workdir("not-pulled")
+    env = {**shared.env(remote_image), "CTRAIN_CACHE_DIR": str(workdir / "empty-cache")}
+    script = render(
+        "multiworker", command(workdir, 1), runtime="apptainer", job_name="not-pulled", **CLUSTER
     )
-    assert done.returncode == 0, done.stderr.decode(errors="replace")
-    assert done.stdout == TRICKY.encode()
+    job = submit(script, workdir, jobs, **env)
+    record = wait_done(job, workdir)
+    text = log(workdir, tail=0)
+    assert record["JobState"] == "FAILED" and record["ExitCode"] != "0:0", text
+    errors = [line for line in text.splitlines() if line.startswith("ctrain: error:")]
+    assert len(errors) == 1, text
+    assert "connection refused" in errors[0].lower(), text  # Apptainer's own, offline for real
+    assert f"pull it once on a login node, ctrain pull {remote_image}," in errors[0]
+    assert "Traceback" not in text
+    assert not (workdir / "out").exists()  # no rank started

@@ -5,7 +5,8 @@
                               [--units N] [--config-tag TAG]
 
 Every run (every restart) appends one line per rank to OUT_DIR/runs.jsonl: the restart count,
-where it started (epoch, step), and how it ended. Each completed epoch appends a line to
+where it started (epoch, step), how it ended, its Python and the image file Apptainer runs it
+in (if any). Each completed epoch appends a line to
 OUT_DIR/epochs.jsonl (the chief). At the end each rank writes OUT_DIR/final-rank<R>.json with
 its weights. ``--signal-at`` sends this process SIGUSR2 before that step (0-based), as Slurm
 would before the time limit. ``--hold-at`` (once per run: the first for run 0, the second for
@@ -140,6 +141,7 @@ def record_run(end: str) -> None:
             "end": end,
             "job": os.environ.get("SLURM_JOB_ID"),
             "python": sys.executable,
+            "container": os.environ.get("APPTAINER_CONTAINER"),  # the image file Apptainer runs
         }
         f.write(json.dumps(line) + "\n")
 
