@@ -5,13 +5,13 @@ The first job names the image as ``docker://127.0.0.1:5000/...``: its batch step
 through ctrain's pull (`ctrain resolve`, Apptainer told --no-https for the loopback registry)
 into a SIF in a cache every compute host sees, and every rank runs that file (Apptainer's own
 APPTAINER_CONTAINER inside says so). Then, from the same cache and with no second download: a
-Horovod job (`srun --mpi=pmix` into the container's Open MPI, the host's PMIx), a multiworker job
-stopped by SIGUSR2, requeued and resumed to the uninterrupted job's weights bit for bit, and a
-Horovod job on two compute hosts of partition `cluster` (PMIx across hosts), which cannot reach
-the registry: their batch step finds the image in the shared cache, as after a `ctrain pull` on a
-login node. With an empty cache, the same job fails in its batch step with ctrain's one-line
-error and fix, Apptainer's own "connection refused" in it, and no rank starts. Every
-multi-rank job ends with identical weights on its ranks.
+multiworker job stopped by SIGUSR2, requeued and resumed to the uninterrupted job's weights bit
+for bit, and a Horovod job (`srun --mpi=pmix` into the container's Open MPI, the host's PMIx)
+on two compute hosts of partition `cluster`, which cannot reach the registry: their batch step
+finds the image in the shared cache, as after a `ctrain pull` on a login node. With an empty
+cache, the same job fails in its batch step with ctrain's one-line error and fix, Apptainer's
+own "connection refused" in it, and no rank starts. Every multi-rank job ends with identical
+weights on its ranks.
 
 One SIF of about 900 MB per run: the pull is the slow part (minutes on 2 cores).
 """
@@ -158,16 +158,6 @@ def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(
     assert record is not None and record.ref == remote_image
     check_ranks(first.out, "multiworker", first.sif_file)
     assert [e["epoch"] for e in lines(first.out / "epochs.jsonl")] == list(range(EPOCHS))
-
-
-@pytest.mark.horovod
-def test_horovod_under_srun_pmix_into_the_containers_open_mpi(
-    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
-) -> None:
-    workdir = shared.workdir("horovod")
-    out = run_job("horovod-srun", workdir, shared.env(remote_image), jobs)
-    check_ranks(out, "horovod", first.sif_file)
-    assert "pulling" not in log(workdir, tail=0)  # the batch step found the SIF pulled before
 
 
 def test_a_requeued_job_resumes_to_the_uninterrupted_weights(
