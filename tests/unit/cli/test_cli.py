@@ -187,7 +187,15 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
     (tmp_path / "sbatch").chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
     argv = [sys.executable, "-m", "ctrain", "job", "submit", "single", "--", "python", "t.py"]
-    with subprocess.Popen(argv, env=env, stdout=PIPE, stderr=PIPE, text=True) as child:
+
+    def as_from_a_terminal() -> None:
+        """SIGINT's default disposition: run as a background job of a non-interactive shell (CI
+        started with `&`), the tests inherit it ignored, and Python then takes no Ctrl-C."""
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    with subprocess.Popen(
+        argv, env=env, stdout=PIPE, stderr=PIPE, text=True, preexec_fn=as_from_a_terminal
+    ) as child:
         wait_for(started.exists, "the fake sbatch to start", timeout=30)
         child.send_signal(signal.SIGINT)
         stdout, stderr = child.communicate(timeout=30)
