@@ -164,10 +164,9 @@ def job_tmpdir(environ: Mapping[str, str]) -> str | None:
 def pmix_server_dir(environ: Mapping[str, str]) -> str | None:
     """The directory of the PMIx server that started this task (``srun --mpi=pmix``: Slurm puts
     it under SlurmdSpoolDir, /var/spool/slurmd/pmix.JOB.STEP), when it exists: the ranks' PMIx
-    clients find the server's shared-memory store there, and Open MPI makes its session
-    directory in it. A container that cannot see it fails in MPI_Init ("PMIX ERROR ...
-    gds_ds12_lock_pthread.c", "ORTE_ERROR_LOG ... session_dir.c"), so it is bound at the same
-    path."""
+    clients find the server's shared-memory store there, so it is bound at the same path. A
+    container that cannot see it prints "PMIX ERROR ... gds_ds12_lock_pthread.c" in MPI_Init.
+    (Open MPI's session directory is elsewhere, in Slurm's TmpFS: docs/apptainer.md.)"""
     directory = environ.get("PMIX_SERVER_TMPDIR", "")
     if not PurePosixPath(directory).is_absolute() or not Path(directory).is_dir():
         return None
