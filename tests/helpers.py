@@ -8,7 +8,9 @@ editable install may point at another checkout).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,6 +125,17 @@ def snapshot(directory: Path) -> dict[str, bytes | None]:
         str(p.relative_to(directory)): p.read_bytes() if p.is_file() else None
         for p in sorted(directory.rglob("*"))
     }
+
+
+def printed_json(text: str, tag: str) -> list[Any]:
+    """Each JSON value printed after ``TAG `` in ``text``, in order.
+
+    Ranks share one stdout: with PYTHONUNBUFFERED a print is two writes (the text, then its
+    newline), so another rank's line can land before the newline. Each value is decoded where it
+    starts, never up to the line's end.
+    """
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(text, m.end())[0] for m in re.finditer(rf"\b{tag} (?=[{{\[])", text)]
 
 
 REGISTRY = "127.0.0.1:5000"  # the local registry `make services` starts

@@ -5,7 +5,6 @@ works with tf-keras. `make test-matrix` runs this file on every TensorFlow of th
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 import subprocess
 import tarfile
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import matrix
-from tests.helpers import REPO
+from tests.helpers import REPO, printed_json
 
 from .jobs import BIN, SCRIPTS, clean_env, run
 
@@ -85,8 +84,7 @@ def test_horovod_keras_api_in_one_process(tmp_path: Path) -> None:
         clean_env(TF_USE_LEGACY_KERAS="1"),
         timeout=240,
     )
-    (line,) = re.findall(r"RESULT (\{.*\})", done.stdout)
-    result = json.loads(line)
+    (result,) = printed_json(done.stdout, "RESULT")
     # 0001: the backend is tf-keras's, the model's
     assert result["backend"].startswith("tf_keras.")
     assert result["callbacks_backend"].startswith("tf_keras.")
@@ -151,8 +149,8 @@ def test_elastic_keras_callbacks_through_a_membership_change(tmp_path: Path) -> 
         timeout=300,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    starts = [json.loads(m) for m in re.findall(r"START (\{.*\})", done.stdout)]
-    (result,) = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", done.stdout)]
+    starts = printed_json(done.stdout, "START")
+    (result,) = printed_json(done.stdout, "RESULT")
     assert sorted((s["rank"], s["size"], s["epoch"]) for s in starts[:2]) == [(0, 2, 0), (1, 2, 0)]
     # rank 1 was removed; rank 0 resumed alone from a commit after epoch 2, and finished
     (resumed,) = starts[2:]

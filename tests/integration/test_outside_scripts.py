@@ -8,14 +8,12 @@ ranks must end with the same weights. Horovod's Keras API needs ctrain's patched
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import CTRAIN
+from tests.helpers import CTRAIN, printed_json
 
 from .jobs import BIN, clean_env, run
 
@@ -42,9 +40,7 @@ def launch(launcher: list[str], script: str, *args: str) -> list[dict[str, Any]]
     """Run SCRIPT under LAUNCHER through `ctrain launch`; each rank's RESULT, by rank."""
     argv = [*launcher, CTRAIN, "launch", "--", PYTHON, str(SCRIPTS / script), *args]
     done = run(argv, clean_env(), timeout=TIMEOUT)
-    found: list[dict[str, Any]] = [
-        json.loads(m) for m in re.findall(r"RESULT (\{.*\})", done.stdout)
-    ]
+    found: list[dict[str, Any]] = printed_json(done.stdout, "RESULT")
     assert found, f"no RESULT line in\n{done.stdout}\n{done.stderr}"
     return sorted(found, key=lambda r: int(r.get("rank", 0)))
 

@@ -1,10 +1,12 @@
 """The warning signal sent by Slurm itself, through every job script that supports preemption.
 
-Each script is rendered with a one-minute time limit and ``--signal=B:USR2@10``; no test sends
+Each script is rendered with a two-minute time limit and ``--signal=B:USR2@70``; no test sends
 a signal. Every rank holds before a step of the first run (tests/integration/scripts/
 train_resumable.py ``--hold-at``) until the signal comes, so the run cannot end first. Slurm
 checks time limits every 30 s (PERIODIC_TIMEOUT in slurmctld) and sends the warning at the
-first check past ``limit - 10 s - 30 s``: 20 to 50 s into the run. The job then checkpoints,
+first check past ``limit - 70 s - 30 s``: 20 to 50 s into the run, 70 to 100 s before the
+limit (with 10 s, a loaded machine once took longer than that to finish the step, write the
+checkpoint and exit, and the job ended TIMEOUT). The job then checkpoints,
 exits 75, is requeued, resumes and finishes (the resumed run gets RESUMED_LIMIT minutes, so
 that it is not signalled again on a busy machine: that works too, but the number of runs would
 be unknown); its weights are those of an uninterrupted run, and
@@ -74,10 +76,10 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[s
         for mode, ranks in MODES.items():
             workdir = tmp_path_factory.mktemp(mode)
             command = ["python", str(RESUMABLE), str(workdir / "out"), str(EPOCHS)]
-            options = {"time": "1", "signal_seconds": "10", "job_name": f"signals-{mode}"}
+            options = {"time": "2", "signal_seconds": "70", "job_name": f"signals-{mode}"}
             options |= {"tasks_per_node": str(ranks)} if ranks > 1 else {}
             script = render(mode, [*command, "--hold-at", HOLD], **options)
-            assert "#SBATCH --signal=B:USR2@10\n" in script and "#SBATCH --time=1\n" in script
+            assert "#SBATCH --signal=B:USR2@70\n" in script and "#SBATCH --time=2\n" in script
             ids: list[str] = []
             submit(script, workdir, ids)
             submitted[mode] = (ids[0], workdir)
