@@ -81,12 +81,11 @@ _EVERY: frozenset[Operation] = frozenset(("pull", "exec", "build"))
 
 # SCHEME://... references apptainer and singularity fetch themselves, and the ctrain operations
 # that accept each (anything else is a local file). Apptainer builds from no web address.
-# docker-archive: only build is known to take the `://` form; pull and exec parse the one-colon
-# form `docker-archive:PATH` (apptainer-facts), which ctrain does not accept yet.
 SCHEMES: dict[str, frozenset[Operation]] = {
     "docker": _EVERY,
     "docker-daemon": _EVERY,
-    "docker-archive": frozenset(("build",)),
+    "docker-archive": _EVERY,
+    "oci-archive": _EVERY,
     "oras": _EVERY,
     "library": _EVERY,
     "shub": _EVERY,
@@ -96,7 +95,10 @@ SCHEMES: dict[str, frozenset[Operation]] = {
 # Schemes whose references apptainer's pull, exec and run take only as SCHEME:REST (one colon;
 # `docker-daemon://` is "invalid reference format" there), while its build takes both forms.
 # ctrain accepts both forms everywhere and hands each operation the form it takes.
-ONE_COLON = ("docker-daemon",)
+ONE_COLON = ("docker-daemon", "docker-archive", "oci-archive")
+# Schemes whose REST is a file on this machine (`docker save -o`, `podman save --format
+# oci-archive`), not a name a daemon or registry resolves: relative to the working directory.
+ARCHIVE_SCHEMES = ("docker-archive", "oci-archive")
 ENGINE_SCHEME = "docker"  # the one scheme docker and podman accept, and strip
 # A registry on the loopback interface (127.0.0.1:5000, localhost:5000, [::1]:5000) is reached
 # over plain HTTP, as Docker's engine does by default: such a local registry rarely has a

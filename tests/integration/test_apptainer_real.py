@@ -130,11 +130,7 @@ def test_a_docker_daemon_pull_is_one_whole_sif_reused_the_second_time(
 def test_a_loopback_registry_is_pulled_over_plain_http(root: Path, tmp_path: Path) -> None:
     """Apptainer speaks HTTPS to every registry unless told --no-https ("server gave HTTP
     response to HTTPS client"); ctrain tells it for a registry on the loopback interface."""
-    need(registry_up(), f"no registry at {REGISTRY} (make services)")
-    ref = f"{REGISTRY}/ctrain-test/apptainer-busybox:{os.getpid()}-{int(time.time())}"
-    for argv in (["docker", "tag", busybox_base(), ref], ["docker", "push", ref]):
-        subprocess.run(argv, capture_output=True, timeout=TIMEOUT, check=True)
-    subprocess.run(["docker", "image", "rm", ref], capture_output=True, timeout=TIMEOUT)
+    ref = registry_image("apptainer-busybox")
     plain = subprocess.run(
         ["apptainer", "pull", "--disable-cache", str(tmp_path / "plain.sif"), f"docker://{ref}"],
         capture_output=True,
@@ -177,6 +173,164 @@ def test_an_interrupted_pull_leaves_nothing_and_the_next_one_pulls(
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"pulled docker-daemon:{image} -> ")
+
+
+def registry_image(name: str) -> str:
+    """busybox pushed to the local registry under ``name``, a tag no other run uses."""
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    ref = f"{REGISTRY}/ctrain-test/{name}:{os.getpid()}-{time.monotonic_ns()}"
+    for argv in (["docker", "tag", busybox_base(), ref], ["docker", "push", ref]):
+        subprocess.run(argv, capture_output=True, timeout=TIMEOUT, check=True)
+    subprocess.run(["docker", "image", "rm", ref], capture_output=True, timeout=TIMEOUT)
+    return ref
+
+
+def save_archive(scheme: str, path: Path) -> None:
+    """busybox as ``scheme``'s file at ``path``: docker's own save, or podman's OCI archive."""
+    if scheme == "docker-archive":
+        argv = [["docker", "save", "-o", str(path), busybox_base()]]
+    else:
+        loaded = f"localhost/{busybox_base()}"
+        argv = [
+            ["docker", "save", "-o", str(path.with_suffix(".docker")), busybox_base()],
+            ["podman", "load", "-i", str(path.with_suffix(".docker"))],
+            ["podman", "save", "--format", "oci-archive", "-o", str(path), loaded],
+            ["podman", "image", "rm", loaded],
+        ]
+    for command in argv:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+
+
+@pytest.mark.parametrize(
+    "scheme", ["docker-archive", pytest.param("oci-archive", marks=pytest.mark.podman)]
+)
+def test_an_archive_is_pulled_by_its_path_and_again_when_it_changes(
+    scheme: str, tmp_path: Path
+) -> None:
+    archive = tmp_path / "saved image.tar"  # a space: a path, not a registry name
+    save_archive(scheme, archive)
+    env = clean_env(CTRAIN_CACHE_DIR=str(tmp_path / "cache"), CTRAIN_MIN_FREE_GB="1")
+
+    def pulls(ref: str) -> subprocess.CompletedProcess[str]:
+        argv = ("pull", "--runtime", "apptainer", ref)
+        return ctrain(*argv, cwd=tmp_path, env=env, timeout=300)
+
+    first = pulls(f"{scheme}:{archive.name}")  # relative to the working directory
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith(f"pulled {scheme}:{archive} -> "), first.stdout
+    target = Path(first.stdout.split(" -> ")[-1].strip())
+    record = json.loads(sif.sidecar_of(target).read_text())
+    info = archive.stat()
+    assert record["source_stamp"] == sif.archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
+    ran = exec_(str(target), "--", "sh", "-c", "echo from-the-archive", cwd=tmp_path)
+    assert (ran.returncode, ran.stdout) == (0, "from-the-archive\n"), ran.stderr
+    again = pulls(f"{scheme}://{archive}")  # the same file, written the other way
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"up to date: {target}"), again.stdout
+    archive.unlink()
+    save_archive(scheme, archive)  # a new file at the same path
+    renewed = pulls(f"{scheme}:{archive}")
+    assert renewed.returncode == 0, renewed.stderr
+    assert "the archive changed since the pull" in renewed.stderr, renewed.stderr
+    assert renewed.stdout.startswith(f"pulled {scheme}:{archive} -> {target}"), renewed.stdout
+    colon = tmp_path / "a:b.tar"
+    archive.rename(colon)
+    refused = pulls(f"{scheme}:{colon}")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "an image inside the archive" in refused.stderr, refused.stderr
+
+
+def test_an_oras_sif_is_pulled_byte_for_byte(busybox: Path, tmp_path: Path) -> None:
+    """`apptainer push` of a SIF to the local registry (ORAS), then `ctrain pull oras://`: the
+    very file. Apptainer reaches a loopback registry over plain HTTP for oras:// with or without
+    --no-https (measured: it is "for docker://" in its help)."""
+    need(registry_up(), f"no registry at {REGISTRY} (make services)")
+    ref = f"oras://{REGISTRY}/ctrain-test/busybox-sif:{os.getpid()}-{time.monotonic_ns()}"
+    pushed = subprocess.run(
+        ["apptainer", "push", str(busybox), ref], capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    done = pull(ref, tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    where = Path(done.stdout.split(" -> ")[-1].strip())
+    assert where.read_bytes() == busybox.read_bytes()
+    again = pull(ref, tmp_path / "cache")
+    assert again.stdout.startswith(f"up to date: {where}"), again.stdout
+
+
+def test_two_pulls_at_once_download_once(tmp_path: Path) -> None:
+    """The second pull waits on the first's lock, then finds the file up to date."""
+    ref = f"docker-daemon://{ctrain_min_image()}"
+    env = clean_env(CTRAIN_CACHE_DIR=str(tmp_path / "cache"), CTRAIN_MIN_FREE_GB="1")
+    argv = [CTRAIN, "pull", "--runtime", "apptainer", ref]
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    first = start()
+    assert first.stderr is not None
+    said = []
+    for line in first.stderr:  # the lock is held and apptainer is at work
+        said.append(line)
+        if line.startswith("pulling "):
+            break
+    second = start()
+    first_out, first_err = first.communicate(timeout=600)
+    second_out, second_err = second.communicate(timeout=600)
+    assert first.returncode == 0, "".join(said) + first_err
+    assert second.returncode == 0, second_err
+    assert first_out.startswith("pulled ") and second_out.startswith("up to date: "), second_out
+    assert "waiting for another pull of " in second_err, second_err
+    assert "Creating SIF file" not in second_err  # apptainer ran once
+    images = tmp_path / "cache" / sif.IMAGES_DIR
+    assert sorted(p.suffix for p in images.iterdir()) == [".json", ".lock", ".sif"]
+
+
+def test_cache_info_and_clean_agree_with_apptainers_own_cache(tmp_path: Path) -> None:
+    """What Apptainer itself keeps in the cache ctrain gives it (APPTAINER_CACHEDIR, as for
+    `ctrain build`): its blobs, converted SIFs and ORAS files, counted by `ctrain cache info`
+    and removed by `ctrain cache clean` by age, after which `apptainer cache list` agrees and a
+    pull of what was removed still works."""
+    cache = tmp_path / "cache"
+    ref = f"docker://{registry_image('cache-busybox')}"
+    env = clean_env(CTRAIN_CACHE_DIR=str(cache), APPTAINER_CACHEDIR=str(cache))
+
+    def apptainer(*args: str) -> str:
+        done = subprocess.run(
+            ["apptainer", *args], env=env, capture_output=True, text=True, timeout=TIMEOUT
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    def listed() -> tuple[int, int]:
+        """(container files, oci blob files) in `apptainer cache list`."""
+        words = apptainer("cache", "list").split("There are ")[-1].split()
+        return int(words[0]), int(words[words.index("and") + 1])
+
+    apptainer("pull", "--no-https", str(tmp_path / "one.sif"), ref)
+    files, blobs = listed()
+    assert files == 1 and blobs >= 3  # the converted SIF; manifest, config and layer
+    info = ctrain("cache", "info", "--json", cwd=tmp_path, env=env)
+    assert info.returncode == 0, info.stderr
+    (entry,) = json.loads(info.stdout)["entries"]
+    assert entry["name"] == "cache" and entry["size"] > 0
+    converted = next((cache / "cache" / "oci-tmp").iterdir())
+    old = time.time() - 7200
+    os.utime(converted, (old, old))
+    cleaned = ctrain("cache", "clean", "--older-than", "1h", cwd=tmp_path, env=env)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert f"cache/oci-tmp/{converted.name}" in cleaned.stdout
+    assert listed() == (0, blobs)  # the SIF went; the newer blobs stayed
+    apptainer("pull", "--no-https", str(tmp_path / "two.sif"), ref)  # rebuilt from the blobs
+    assert listed() == (1, blobs)
+    everything = ctrain("cache", "clean", "--older-than", "0s", cwd=tmp_path, env=env)
+    assert everything.returncode == 0, everything.stderr
+    assert listed() == (0, 0)
+    apptainer("pull", "--no-https", str(tmp_path / "three.sif"), ref)  # Apptainer starts again
+    assert listed() == (1, blobs)
 
 
 # ---- exec, run -----------------------------------------------------------------------------

@@ -86,7 +86,8 @@ ACCEPTED = {
     # scheme          pull   exec   build
     "docker":         (True, True,  True),
     "docker-daemon":  (True, True,  True),
-    "docker-archive": (False, False, True),
+    "docker-archive": (True, True,  True),
+    "oci-archive":    (True, True,  True),
     "oras":           (True, True,  True),
     "library":        (True, True,  True),
     "shub":           (True, True,  True),

@@ -78,7 +78,9 @@ def _cache_options(func: F) -> F:
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
     """Pull REF (default: the `image` setting) as a SIF file, into docker/podman's store, as a
     Charliecloud image directory (docker-daemon:// or docker://, converted by ch-convert), or
-    with --runtime pyxis by `enroot import` into a squashfs file in the cache.
+    with --runtime pyxis by `enroot import` into a squashfs file in the cache. A SIF comes from
+    docker://, oras://, docker-daemon:NAME:TAG, docker-archive:FILE.tar, oci-archive:FILE.tar,
+    library://, shub://, http(s)://; an archive is pulled again when the file changed.
 
     The file appears whole or not at all: it is downloaded (`--disable-cache`: stored once) to
     a temporary name next to the target, checked (SIF header, then `apptainer inspect`) and

@@ -47,6 +47,7 @@ from ctrain.images.sif import (
     IMAGES_DIR,
     Action,
     Sidecar,
+    archive_stamp,
     check_sif,
     decide,
     lock_of,
@@ -58,6 +59,7 @@ from ctrain.images.sif import (
     target_state,
 )
 from ctrain.names import (
+    ARCHIVE_SCHEMES,
     CHARLIECLOUD,
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
@@ -98,13 +100,14 @@ def check_ref(ref: str, runtime: str) -> str:
             "no image reference given",
             "name one (ctrain pull docker://REPO:TAG) or set CTRAIN_IMAGE",
         )
-    if any(ch.isspace() or not ch.isprintable() for ch in text):
+    split = split_reference(text) if runtime in SIF_RUNTIMES else None
+    archive = split is not None and split[0] in ARCHIVE_SCHEMES  # a path: spaces are fine
+    if any((ch.isspace() and not archive) or not ch.isprintable() for ch in text):
         raise ConfigError(
             f"image reference {ref!r} contains spaces or control characters",
             "give the reference as the registry shows it, without spaces",
         )
     if runtime in SIF_RUNTIMES:
-        split = split_reference(text)
         if split is None:
             raise ConfigError(
                 f"image reference {text!r} has no scheme",
@@ -183,6 +186,7 @@ class PullPlan:
     lock: Path
     owned: bool  # the target is in ctrain's cache
     force: bool
+    stamp: str | None = None  # the source archive's (sif.archive_stamp), for archive schemes
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,7 @@ def plan_pull(
         return PullPlan(
             checked, runtime, program, None, record, record.with_suffix(".lock"), True, force
         )
+    checked, stamp = _archive(checked)
     if output is None:
         target = cache_root / IMAGES_DIR / image_filename(checked)
         owned = True
@@ -247,8 +252,33 @@ def plan_pull(
             )
         owned = False
     return PullPlan(
-        checked, runtime, program, target, sidecar_of(target), lock_of(target), owned, force
+        checked, runtime, program, target, sidecar_of(target), lock_of(target), owned, force, stamp
     )
+
+
+def _archive(ref: str) -> tuple[str, str | None]:
+    """``ref`` with an archive's path made absolute (two directories' ``img.tar`` are two
+    images), and the archive's stamp now; other references as they are, without a stamp."""
+    split = split_reference(ref)
+    if split is None or split[0] not in ARCHIVE_SCHEMES:
+        return ref, None
+    scheme, rest = split
+    path = Path(rest).expanduser().absolute()
+    if ":" in str(path):
+        raise ConfigError(
+            f"{scheme} {path}: apptainer reads what follows a ':' as an image inside the archive",
+            "link the archive under a path without ':' (ln -s) and give that",
+        )
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigError(
+            f"{scheme} {path}: {exc.strerror}",
+            "give the archive's path (docker save -o FILE.tar IMAGE writes one)",
+        ) from None
+    if not path.is_file():
+        raise ConfigError(f"{scheme} {path} is not a file", "give the archive file's path")
+    return f"{scheme}:{path}", archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
 
 
 @contextlib.contextmanager
@@ -318,7 +348,8 @@ def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
 
 def _decide_sif(plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
     sidecar = read_sidecar(plan.record)
-    action, reason = decide(sidecar, plan.ref, target_state(target), plan.owned, plan.force)
+    state = target_state(target)
+    action, reason = decide(sidecar, plan.ref, state, plan.owned, plan.force, plan.stamp)
     if action == "refuse":
         raise ConfigError(f"{target} {reason}", "pass --force to replace it, or choose another -o")
     return sidecar, action, reason
@@ -344,6 +375,7 @@ def _pull_sif(
             digest_in_ref(plan.ref),
             size=size,
             target=str(target.absolute()),
+            source_stamp=plan.stamp,
         )
         fs.write_text(plan.record, new.to_json())
     except OSError as exc:

@@ -92,7 +92,8 @@ def recorded(plan: PullPlan) -> bool:
 
         return charliecloud.recorded(plan)
     state = (enroot_import.target_state if plan.runtime == PYXIS else target_state)(plan.target)
-    action, _ = sif_decide(read_sidecar(plan.record), plan.ref, state, plan.owned, False)
+    sidecar = read_sidecar(plan.record)
+    action, _ = sif_decide(sidecar, plan.ref, state, plan.owned, False, plan.stamp)
     return action == "reuse"
 
 

@@ -3,8 +3,9 @@ beside it, the argv that pull and inspect a SIF file, and whether a target can b
 be pulled again, or is not ctrain's to replace.
 
 A sidecar ``<target>.json`` records the reference, the digest when known, the time and ctrain's
-version; a target whose sidecar names the same reference and whose file is whole is reused
-without a download. Docker and Podman images live in the engine's store, their sidecars in
+version, and for an archive file (``docker-archive:``, ``oci-archive:``) its stamp; a target
+whose sidecar names the same reference (and stamp) and whose file is whole is reused without a
+download. Docker and Podman images live in the engine's store, their sidecars in
 ``CACHE/docker/``. All pure, except reading a file's first bytes and a sidecar.
 """
 
@@ -109,6 +110,7 @@ class Sidecar:
     size: int | None = None  # bytes of the SIF file
     image_id: str | None = None  # docker/podman image id
     target: str | None = None
+    source_stamp: str | None = None  # an archive file's ``archive_stamp`` when it was pulled
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -127,7 +129,7 @@ class Sidecar:
         for name in ("ref", "runtime", "pulled_at", "ctrain_version"):
             if not isinstance(values.get(name), str):
                 return None
-        for name in ("digest", "image_id", "target"):
+        for name in ("digest", "image_id", "target", "source_stamp"):
             if values.get(name) is not None and not isinstance(values[name], str):
                 return None
         size = values.get("size")
@@ -148,9 +150,12 @@ def new_sidecar(
     size: int | None = None,
     image_id: str | None = None,
     target: str | None = None,
+    source_stamp: str | None = None,
 ) -> Sidecar:
     """The record of a pull made now by this ctrain."""
-    return Sidecar(ref, runtime, now_iso(), __version__, digest, size, image_id, target)
+    return Sidecar(
+        ref, runtime, now_iso(), __version__, digest, size, image_id, target, source_stamp
+    )
 
 
 def read_sidecar(path: Path) -> Sidecar | None:
@@ -185,13 +190,25 @@ def target_state(target: Path) -> TargetState:
     return TargetState(True, size, check_sif(target))
 
 
+def archive_stamp(size: int, mtime_ns: int, inode: int) -> str:
+    """What tells one version of an archive file from the next (``docker save -o`` again
+    writes a new file): its size, modification time and inode, as ``make`` would look."""
+    return f"{size}:{mtime_ns}:{inode}"
+
+
 def decide(
-    sidecar: Sidecar | None, ref: str, state: TargetState, owned: bool, force: bool
+    sidecar: Sidecar | None,
+    ref: str,
+    state: TargetState,
+    owned: bool,
+    force: bool,
+    stamp: str | None = None,
 ) -> tuple[Action, str]:
     """Reuse, pull or refuse a SIF target, and why.
 
     ``owned``: the target is in ctrain's cache (a file there without a sidecar is ctrain's own
-    leftover). Outside the cache ctrain replaces only what it pulled itself, unless ``force``."""
+    leftover). Outside the cache ctrain replaces only what it pulled itself, unless ``force``.
+    ``stamp``: the source archive's ``archive_stamp`` now (None for a registry or a daemon)."""
     if not state.exists:
         return "pull", "not present"
     if sidecar is None and not owned and not force:
@@ -204,6 +221,8 @@ def decide(
         return "pull", "no sidecar"
     if sidecar.ref != ref:
         return "pull", f"holds {sidecar.ref}"
+    if stamp is not None and sidecar.source_stamp != stamp:
+        return "pull", "the archive changed since the pull"
     if state.problem:
         return "pull", f"damaged ({state.problem})"
     if sidecar.size is not None and state.size != sidecar.size:

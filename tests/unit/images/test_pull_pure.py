@@ -328,6 +328,42 @@ def test_plan_docker_record_in_the_cache(tmp_path: Path) -> None:
     assert plan.lock == tmp_path / "docker" / "r_5000_t_bb_1.lock"
 
 
+@pytest.mark.parametrize("scheme", ["docker-archive", "oci-archive"])
+@pytest.mark.parametrize("written", ["{scheme}:{name}", "{scheme}://{name}"])
+def test_plan_an_archive_by_its_absolute_path_and_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str, written: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    archive = tmp_path / "my image.tar"
+    archive.write_bytes(b"x" * 10)
+    ref = written.format(scheme=scheme, name=archive.name)
+    plan = pull.plan_pull(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
+    assert plan.ref == f"{scheme}:{archive}"  # the form apptainer pull takes
+    assert plan.target == tmp_path / "images" / pull.image_filename(f"{scheme}:{archive}")
+    info = archive.stat()
+    assert plan.stamp == sif.archive_stamp(10, info.st_mtime_ns, info.st_ino)
+    other = pull.plan_pull("docker://a/b:1", "apptainer", "a", None, tmp_path, False, Path.is_dir)
+    assert other.stamp is None
+
+
+@pytest.mark.parametrize(
+    ("name", "said", "fix"),
+    [
+        ("missing.tar", "No such file", "docker save -o"),
+        ("", "is not a file", "archive file"),
+        ("a:b.tar", "image inside the archive", "without ':'"),
+    ],
+)
+def test_plan_refuses_an_archive_that_is_not_a_file(
+    tmp_path: Path, name: str, said: str, fix: str
+) -> None:
+    ref = f"docker-archive:{tmp_path / name}"
+    with pytest.raises(ConfigError) as info:
+        pull.plan_pull(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
+    assert said in info.value.message and fix in info.value.fix
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- the lock between two processes -------------------------------------------------------------
 
 HOLDER = textwrap.dedent(

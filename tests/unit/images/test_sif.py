@@ -4,6 +4,7 @@ the end of the file. Headers are packed here from the layout, not taken from the
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import re
@@ -186,6 +187,23 @@ def test_reuse_pull_or_refuse(
     assert sif.decide(record, REF, state, owned, force) == decision
 
 
+@pytest.mark.parametrize(
+    ("recorded", "now", "decision"),
+    [
+        ("10:5:7", "10:5:7", ("reuse", "up to date")),
+        ("10:5:7", "10:6:7", ("pull", "the archive changed since the pull")),
+        ("10:5:7", "10:5:8", ("pull", "the archive changed since the pull")),
+        (None, "10:5:7", ("pull", "the archive changed since the pull")),
+        (None, None, ("reuse", "up to date")),
+    ],
+)
+def test_an_archive_is_pulled_again_when_its_stamp_changed(
+    recorded: str | None, now: str | None, decision: tuple[str, str]
+) -> None:
+    record = dataclasses.replace(sidecar(), source_stamp=recorded)
+    assert sif.decide(record, REF, WHOLE, True, False, now) == decision
+
+
 def test_target_state(tmp_path: Path) -> None:
     whole = tmp_path / "whole.sif"
     whole.write_bytes(image())
@@ -205,12 +223,12 @@ def test_target_state(tmp_path: Path) -> None:
 
 
 def test_sidecar_json_and_back(tmp_path: Path) -> None:
-    record = sif.Sidecar("r", "docker", "t", "v", "sha256:1", 7, "sha256:2", "/x")
+    record = sif.Sidecar("r", "docker", "t", "v", "sha256:1", 7, "sha256:2", "/x", "7:8:9")
     text = record.to_json()
     assert text == (
         '{\n  "ctrain_version": "v",\n  "digest": "sha256:1",\n  "image_id": "sha256:2",\n'
         '  "pulled_at": "t",\n  "ref": "r",\n  "runtime": "docker",\n  "size": 7,\n'
-        '  "target": "/x"\n}\n'
+        '  "source_stamp": "7:8:9",\n  "target": "/x"\n}\n'
     )
     assert sif.Sidecar.parse(text) == record
     path = tmp_path / "x.sif.json"
