@@ -275,8 +275,9 @@ def test_two_pulls_at_once_download_once(tmp_path: Path) -> None:
     said = []
     for line in first.stderr:  # the lock is held and apptainer is at work
         said.append(line)
-        if line.startswith("pulling "):
+        if line.startswith("ctrain: pulling "):
             break
+    assert said and said[-1].startswith("ctrain: pulling "), "".join(said)
     second = start()
     first_out, first_err = first.communicate(timeout=600)
     second_out, second_err = second.communicate(timeout=600)
