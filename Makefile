@@ -136,12 +136,14 @@ image-cpu:  ## CPU image from the same recipe: SIF with apptainer, else Docker
 	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=cpu
 
 # The definitions take every pin as a build arg: the matrix's for TF_VERSION and ctrain's version,
-# in build/pins-FLAVOUR-tfTF_VERSION.env (--build-arg-file: Apptainer >= 1.2, SingularityCE >= 4.0).
+# in build/pins-FLAVOUR-tfTF_VERSION.env (--build-arg-file: Apptainer >= 1.2, SingularityCE >= 4.0),
+# and with BASE_IMAGE (a Docker daemon's image) BOOT=docker-daemon FROM=BASE_IMAGE.
 image-gpu-or-cpu:
 	@if [ -n "$(APPTAINER)" ]; then \
 	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)-tf$(TF_VERSION)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
 	  scripts/wheelhouse.sh ctrain build/wheelhouse; mkdir -p $(SIF_DIR); \
-	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])'); } \
+	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])'); \
+	    $(if $(BASE_IMAGE),printf 'BOOT=docker-daemon\nFROM=%s\n' '$(BASE_IMAGE)';) } \
 	    >$(call build_args,$(IMAGE_FLAVOUR)); \
 	  echo "$(APPTAINER) build --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
 	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) \

@@ -38,8 +38,8 @@ BIND_FILES=(etc/passwd etc/group etc/subuid etc/subgid etc/hosts etc/resolv.conf
 #    set, and the default (full) fails every root exec with "Requesting capability set
 #    0x1ffffffffff while permitted capability set is 0x1fffeffffff". It does not cover a
 #    build's %post, which still asks for every capability: as root, build a definition file with
-#    --fakeroot (needs root lines in /etc/subuid and /etc/subgid); a plain user builds with
-#    --ignore-subuid (in the wrapper's user namespace newuidmap is not owned by root).
+#    --fakeroot (root_subids below); a plain user builds with --ignore-subuid (in the wrapper's
+#    user namespace newuidmap is not owned by root).
 # Left at their defaults, having been checked: `mount hostfs = no` (would bind every mount of the
 # wrapper's view into containers), `bind path = /etc/localtime` and `/etc/hosts` (the wrapper
 # binds the host's /etc/hosts over the root's, so containers see the host's), `mount devpts =
@@ -191,7 +191,18 @@ install_package() {
     configure /etc/apptainer/apptainer.conf
 }
 
-main() {
+# `apptainer build --fakeroot` as root (the way to build a definition whose %post needs every
+# capability where root lacks some, as in this sandbox) maps root's subordinate ids: root gets a
+# range when it has none (well above the ones useradd hands out).
+ROOT_SUBIDS=1000000-1065535
+root_subids() {
+    if ! grep -q '^root:' /etc/subuid 2>/dev/null || ! grep -q '^root:' /etc/subgid 2>/dev/null; then
+        usermod --add-subuids "$ROOT_SUBIDS" --add-subgids "$ROOT_SUBIDS" root
+        log "root's subordinate ids $ROOT_SUBIDS (apptainer build --fakeroot)"
+    fi
+}
+
+install_apptainer() {
     if glibc_at_least 2.38; then
         if [ "$(dpkg-query -W -f='${Version}' apptainer 2>/dev/null)" = "$APPTAINER_VERSION" ] &&
             conf_ok /etc/apptainer/apptainer.conf; then
@@ -209,6 +220,11 @@ main() {
     fi
     [ "$(id -u)" -eq 0 ] || die "not installed. Fix: run as root: sudo $0"
     install_root_and_wrapper
+}
+
+main() {
+    install_apptainer
+    [ "$(id -u)" -ne 0 ] || root_subids
 }
 
 main "$@"

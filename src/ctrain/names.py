@@ -92,9 +92,10 @@ SCHEMES: dict[str, frozenset[Operation]] = {
     "http": frozenset(("pull", "exec")),
     "https": frozenset(("pull", "exec")),
 }
-# Schemes whose references apptainer's pull, exec and run take only as SCHEME:REST (one colon;
-# `docker-daemon://` is "invalid reference format" there), while its build takes both forms.
-# ctrain accepts both forms everywhere and hands each operation the form it takes.
+# Schemes whose references apptainer's pull, exec and run take as SCHEME:REST (one colon;
+# `docker-daemon://` is "invalid reference format" there, `docker-archive://a.tar` is read as
+# `a.tar` with the `//` dropped), while its build takes both forms. ctrain accepts both forms
+# everywhere and hands each operation the form it takes.
 ONE_COLON = ("docker-daemon", "docker-archive", "oci-archive")
 # Schemes whose REST is a file on this machine (`docker save -o`, `podman save --format
 # oci-archive`), not a name a daemon or registry resolves: relative to the working directory.

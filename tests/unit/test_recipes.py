@@ -96,10 +96,24 @@ def dockerfile_labels() -> dict[str, str]:
     return {k: re.sub(r"\$\{(\w+)\}", r"{{ \1 }}", v) for k, v in pairs.items()}
 
 
-def parse_def(name: str) -> tuple[object, str]:
-    path = DEFS / name
-    (recipe,) = SingularityParser(str(path)).recipe.values()
-    return recipe, path.read_text()
+def arguments(text: str) -> dict[str, str]:
+    """The %arguments section's defaults (NAME=VALUE lines)."""
+    m = re.search(r"^%arguments\s*\n((?:[ \t]+\S.*\n)*)", text, re.M)
+    return dict(line.strip().split("=", 1) for line in m.group(1).splitlines()) if m else {}
+
+
+def parse_def(name: str, tmp_path: Path) -> tuple[object, str]:
+    """spython's reading of a definition, its header's placeholders filled in with the
+    %arguments defaults as Apptainer fills them (spython reads only ``Bootstrap: docker...``)."""
+    text = (DEFS / name).read_text()
+    filled = tmp_path / name
+    defaults = arguments(text)
+    header = re.compile(r"^(Bootstrap|From): \{\{ (\w+) \}\}$", re.M)
+    filled.write_text(
+        header.sub(lambda m: f"{m[1]}: {defaults[m[2]]}" if m[2] in defaults else m[0], text)
+    )
+    (recipe,) = SingularityParser(str(filled)).recipe.values()
+    return recipe, text
 
 
 def placeholders(text: str) -> set[str]:
@@ -129,12 +143,13 @@ def test_dockerfile_pins_are_the_matrix_names_without_defaults() -> None:
 
 
 @pytest.mark.parametrize("flavour", matrix.FLAVOURS)
-def test_definition_build_args_are_the_dockerfiles_args(flavour: str) -> None:
-    recipe, text = parse_def(f"ctrain-{flavour}.def")
-    assert header(text, "Bootstrap") == "docker"
+def test_definition_build_args_are_the_dockerfiles_args(flavour: str, tmp_path: Path) -> None:
+    recipe, text = parse_def(f"ctrain-{flavour}.def", tmp_path)
+    assert (header(text, "Bootstrap"), header(text, "From")) == ("{{ BOOT }}", "{{ FROM }}")
+    # the base alone has a default, the Dockerfile's; a missing pin fails the build
+    assert arguments(text) == {"BOOT": "docker", "FROM": dockerfile_args()["BASE_IMAGE"]}
     assert recipe.fromHeader == "debian:12-slim"  # type: ignore[attr-defined]
-    assert placeholders(text) == BUILD_ARGS
-    assert "%arguments" not in text  # no defaults: a missing build arg fails the build
+    assert placeholders(text) == BUILD_ARGS | {"BOOT", "FROM"}
     post = recipe.install  # type: ignore[attr-defined]
     exported = dict(re.findall(r"^\s*export (\w+)=(.+?)\s*$", "\n".join(post), re.M))
     assert exported == {name: f"{{{{ {name} }}}}" for name in BUILD_ARGS}
@@ -148,8 +163,8 @@ def test_definition_build_args_are_the_dockerfiles_args(flavour: str) -> None:
 
 
 @pytest.mark.parametrize("flavour", matrix.FLAVOURS)
-def test_definition_labels_are_the_dockerfiles(flavour: str) -> None:
-    recipe, _ = parse_def(f"ctrain-{flavour}.def")
+def test_definition_labels_are_the_dockerfiles(flavour: str, tmp_path: Path) -> None:
+    recipe, _ = parse_def(f"ctrain-{flavour}.def", tmp_path)
     labels = dict(line.split(None, 1) for line in recipe.labels)  # type: ignore[attr-defined]
     wanted = dockerfile_labels()
     assert labels.keys() - {"org.opencontainers.image.licenses"} <= wanted.keys()
@@ -189,9 +204,9 @@ def test_a_definition_builds_with_the_matrix_pins_only(
 
 
 @pytest.mark.parametrize("flavour", matrix.FLAVOURS)
-def test_a_definition_refuses_the_other_flavours_pins(flavour: str) -> None:
+def test_a_definition_refuses_the_other_flavours_pins(flavour: str, tmp_path: Path) -> None:
     """%post's first step: the FLAVOUR build arg must be the definition's own."""
-    recipe, _ = parse_def(f"ctrain-{flavour}.def")
+    recipe, _ = parse_def(f"ctrain-{flavour}.def", tmp_path)
     post = "\n".join(recipe.install)  # type: ignore[attr-defined]
     check = post.split("export ", 1)[0]  # the lines before the exports
     for given in matrix.FLAVOURS:
@@ -203,8 +218,8 @@ def test_a_definition_refuses_the_other_flavours_pins(flavour: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["ctrain-gpu.def", "ctrain-cpu.def", "from-docker.def"])
-def test_definition_sections(name: str) -> None:
-    recipe, text = parse_def(name)
+def test_definition_sections(name: str, tmp_path: Path) -> None:
+    recipe, text = parse_def(name, tmp_path)
     assert recipe.cmd.strip() == 'exec ctrain launch -- "$@"'  # type: ignore[attr-defined]
     assert 'echo "ctrain doctor" >> /tests.sh' in recipe.install  # type: ignore[attr-defined]
     environ = dict(e.split("=", 1) for e in recipe.environ)  # type: ignore[attr-defined]
