@@ -235,10 +235,15 @@ def test_an_archive_is_pulled_by_its_path_and_again_when_it_changes(
     assert "the archive changed since the pull" in renewed.stderr, renewed.stderr
     assert renewed.stdout.startswith(f"pulled {scheme}:{archive} -> {target}"), renewed.stdout
     colon = tmp_path / "a:b.tar"
-    archive.rename(colon)
+    archive.rename(colon)  # the archive is gone: the pull's record is trusted, as offline
+    kept = pulls(f"{scheme}:{archive}")
+    assert kept.returncode == 0 and kept.stdout.startswith(f"up to date: {target}"), kept.stderr
     refused = pulls(f"{scheme}:{colon}")
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "an image inside the archive" in refused.stderr, refused.stderr
+    missing = pulls(f"{scheme}:{tmp_path / 'never.tar'}")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert f"no archive at {tmp_path / 'never.tar'} to pull" in missing.stderr, missing.stderr
 
 
 def test_an_oras_sif_is_pulled_byte_for_byte(busybox: Path, tmp_path: Path) -> None:

@@ -256,14 +256,23 @@ def plan_pull(
     )
 
 
-def _archive(ref: str) -> tuple[str, str | None]:
-    """``ref`` with an archive's path made absolute (two directories' ``img.tar`` are two
-    images), and the archive's stamp now; other references as they are, without a stamp."""
+def archive_path(ref: str) -> Path | None:
+    """The file an archive reference names (``docker-archive:``, ``oci-archive:``), else None."""
     split = split_reference(ref)
     if split is None or split[0] not in ARCHIVE_SCHEMES:
+        return None
+    return Path(split[1]).expanduser().absolute()
+
+
+def _archive(ref: str) -> tuple[str, str | None]:
+    """``ref`` with an archive's path made absolute (two directories' ``img.tar`` are two
+    images), and the archive's stamp now; other references as they are, without a stamp. An
+    archive that is not here (a compute node may not see it) has no stamp: a pull of it is
+    trusted as a registry's is offline, and a new pull is refused (``pull``)."""
+    path = archive_path(ref)
+    if path is None:
         return ref, None
-    scheme, rest = split
-    path = Path(rest).expanduser().absolute()
+    scheme = ref.partition(":")[0]
     if ":" in str(path):
         raise ConfigError(
             f"{scheme} {path}: apptainer reads what follows a ':' as an image inside the archive",
@@ -271,11 +280,10 @@ def _archive(ref: str) -> tuple[str, str | None]:
         )
     try:
         info = path.stat()
+    except FileNotFoundError:
+        return f"{scheme}:{path}", None
     except OSError as exc:
-        raise ConfigError(
-            f"{scheme} {path}: {exc.strerror}",
-            "give the archive's path (docker save -o FILE.tar IMAGE writes one)",
-        ) from None
+        raise ConfigError(f"{scheme} {path}: {exc.strerror}", "give a readable archive") from None
     if not path.is_file():
         raise ConfigError(f"{scheme} {path} is not a file", "give the archive file's path")
     return f"{scheme}:{path}", archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
@@ -332,6 +340,12 @@ def pull(
         sidecar, action, reason = _decide_sif(plan, target)
         if action == "reuse" and sidecar is not None:
             return PullResult(str(target), False, sidecar, reason)
+        archive = archive_path(plan.ref)
+        if archive is not None and not archive.is_file():
+            raise ConfigError(
+                f"no archive at {archive} to pull",
+                "give the archive's path (docker save -o FILE.tar IMAGE writes one)",
+            )
         fs.check_free(target.parent, min_free_gb)
         temp_space = tmpdir or cachedir.node_local_tmp(environ)
         cachedir.check_tmpdir(temp_space, min_free_gb)

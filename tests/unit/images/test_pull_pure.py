@@ -346,10 +346,18 @@ def test_plan_an_archive_by_its_absolute_path_and_stamp(
     assert other.stamp is None
 
 
+def test_plan_an_archive_that_is_not_here_without_a_stamp(tmp_path: Path) -> None:
+    """A compute node may not see the archive: the plan trusts a pull's record, as offline."""
+    ref = f"docker-archive:{tmp_path / 'gone.tar'}"
+    plan = pull.plan_pull(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
+    assert (plan.ref, plan.stamp) == (ref, None)
+    assert pull.archive_path(ref) == tmp_path / "gone.tar"
+    assert pull.archive_path("docker://a/b:1") is None
+
+
 @pytest.mark.parametrize(
     ("name", "said", "fix"),
     [
-        ("missing.tar", "No such file", "docker save -o"),
         ("", "is not a file", "archive file"),
         ("a:b.tar", "image inside the archive", "without ':'"),
     ],
