@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -589,6 +590,63 @@ def test_a_user_without_dev_fuse_is_refused_an_overlay_before_launch(
     done = as_user(test_user, user_dir, "--overlay", f"{overlay}:ro", str(busybox), "--", "true")
     assert done.returncode == 2
     assert done.stderr.startswith(f"ctrain: error: overlay {overlay} cannot be mounted")
+
+
+def tiny_wheel(directory: Path) -> Path:
+    """A pure-Python wheel, ``ctrain_extra`` 1.0 (one module saying VALUE = "extra-1.0"),
+    written by hand: a zip with the module, METADATA, WHEEL and RECORD."""
+    name, info = "ctrain_extra", "ctrain_extra-1.0.dist-info"
+    files = {
+        f"{name}.py": 'VALUE = "extra-1.0"\n',
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: ctrain-extra\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    wheel = directory / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.slurm
+def test_extra_packages_in_an_overlay_then_read_only_by_every_rank(
+    min_sif: Path, root: Path, tmp_path: Path
+) -> None:
+    """A package the image lacks, installed once from a local wheelhouse into an overlay (a
+    writer), then imported by 2 ranks under srun with the overlay `:ro`; the image unchanged."""
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    tiny_wheel(wheels)
+    overlay = root / f"extra-{os.getpid()}.img"  # where the ranks' step can read it
+    made = ctrain("overlay", "create", str(overlay), "--size", "64M", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    pip = ["python3", "-m", "pip", "install", "--no-index", "--find-links", "/wheels"]
+    pip += ["--break-system-packages", "--no-warn-script-location", "ctrain-extra"]
+    installed = exec_(
+        "--overlay", str(overlay), "-B", f"{wheels}:/wheels:ro", str(min_sif), "--", *pip,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert "Successfully installed ctrain-extra-1.0" in installed.stdout, installed.stdout
+    show = "import os, ctrain_extra; print(os.environ['SLURM_PROCID'], ctrain_extra.VALUE)"
+    ranks = run(
+        ["srun", "-n", "2", "-t", "5", *EXEC, "--overlay", f"{overlay}:ro", str(min_sif),
+         "--", "python3", "-c", show],
+        clean_env(),
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert sorted(ranks.stdout.splitlines()) == ["0 extra-1.0", "1 extra-1.0"], ranks.stderr
+    bare = exec_(str(min_sif), "--", "python3", "-c", "import ctrain_extra", cwd=tmp_path)
+    assert bare.returncode == 1 and "No module named 'ctrain_extra'" in bare.stderr
+    writers = subprocess.run(
+        ["srun", "-n", "2", "-t", "5", *EXEC, "--overlay", str(overlay), str(min_sif),
+         "--", "true"],
+        env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert writers.returncode != 0 and f"--overlay {overlay}:ro" in writers.stderr, writers.stderr
+    overlay.unlink()
 
 
 # ---- under srun: this host and the compute hosts -------------------------------------------
