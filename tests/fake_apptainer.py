@@ -17,7 +17,9 @@ DELAY (seconds a download or build takes), SIZE (bytes of a pulled image's parti
 
 Modelled (facts file sections in brackets):
 - [parsing] flags end at the first positional; ``--flag=value``; unknown flags, flags newer
-  than the version (identity.FIRST_VERSION: --no-eval, --build-arg), wrong arity: FATAL, 255;
+  than the version (identity.FIRST_VERSION: --no-eval, --build-arg), wrong arity, a flag's bad
+  value: cobra's ``Error for command "VERB": ...`` line, exit 1 (the real 1.4.5's, measured;
+  the facts file said FATAL and 255, which is only for failures after parsing);
   APPTAINER_<KEY> with the SINGULARITY_<KEY> fallback (CACHEDIR, TMPDIR, BIND, BINDPATH,
   OVERLAY, CLEANENV, NO_EVAL, DISABLE_CACHE; a WARNING when the two differ); ``--version``;
 - [exec/run/shell] the command RUNS: /bin/sh builds the environment ([Environment]: --cleanenv
@@ -35,8 +37,10 @@ Modelled (facts file sections in brackets):
   forwarded; status = the command's, 128+N for signal N;
   run: ENTRYPOINT + (args or CMD); shell: --shell or /bin/sh;
 - [remote IMAGE] docker://127.0.0.1:PORT/ and localhost:PORT/ fetched for real (manifest, then
-  config: Env, Entrypoint, Cmd); other registries modelled; the manifest digest is asked for
-  before the cache (cache/oci-tmp/<digest>) is read; ``docker-daemon://`` refused;
+  config: Env, Entrypoint, Cmd) over plain HTTP with --no-https only, else the real binary's
+  FATAL "server gave HTTP response to HTTPS client"; other registries modelled; the manifest
+  digest is asked for before the cache (cache/oci-tmp/<digest>) is read; ``docker-daemon://``
+  refused;
 - [pull] [DEST] URI, --dir, --name, --force, "Image file already exists"; --disable-cache
   writes DEST directly, otherwise the cache entry is copied through DEST_DIR/tmp-copy-* and a
   rename; build-temp-* in APPTAINER_TMPDIR (or --tmpdir, $TMPDIR, /tmp) removed on exit and on

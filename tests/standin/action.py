@@ -85,7 +85,7 @@ def image_metadata(
 
         remote.check_reference(image, "exec")
         disable = given(flags, "--disable-cache") or who.enabled(environ, "DISABLE_CACHE")
-        return cached_image(image, who, environ, disable, event)[1]
+        return cached_image(image, who, environ, disable, event, given(flags, "--no-https"))[1]
     path = Path(image)
     if not path.exists():
         raise Fatal(f"could not open image {image}: no such file or directory")

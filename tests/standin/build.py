@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.standin import remote
-from tests.standin.cli import parse, values
+from tests.standin.cli import given, parse, values
 from tests.standin.identity import Fatal, Identity
 from tests.standin.images import Event, build_temp, cached_image, write_slowly
 from tests.standin.sif import (
@@ -62,7 +62,7 @@ def definition(
 
 
 def base_image(
-    header: dict[str, str], who: Identity, environ: dict[str, str], event: Event
+    header: dict[str, str], who: Identity, environ: dict[str, str], event: Event, plain_http: bool
 ) -> Metadata:
     """The metadata of the image a definition starts from."""
     bootstrap, source = header.get("bootstrap", "").lower(), header.get("from", "")
@@ -71,7 +71,7 @@ def base_image(
     if bootstrap == "docker":
         prefix = "/".join(filter(None, [header.get("registry"), header.get("namespace")]))
         ref = "docker://" + "/".join(filter(None, [prefix, source]))
-        return cached_image(ref, who, environ, False, event)[1]
+        return cached_image(ref, who, environ, False, event, plain_http)[1]
     return {"environment": {"PATH": remote.DEFAULT_PATH}}
 
 
@@ -115,7 +115,7 @@ def build(args: list[str], environ: dict[str, str], who: Identity, event: Event)
             text = recipe.read_text(encoding="utf-8")
             warn = bool(values(flags, "--warn-unused-build-args"))
             header, sections = definition(text, build_args, warn, who)
-            base = base_image(header, who, environ, event)
+            base = base_image(header, who, environ, event, given(flags, "--no-https"))
             env = mapping(base, "environment")
             labels = dict(
                 line.strip().partition(" ")[::2] for line in sections.get("labels", "").splitlines()
@@ -125,7 +125,7 @@ def build(args: list[str], environ: dict[str, str], who: Identity, event: Event)
         elif recipe.is_file():
             metadata = read_metadata(recipe)
         elif remote.is_uri(spec):
-            metadata = cached_image(spec, who, environ, False, event)[1]
+            metadata = cached_image(spec, who, environ, False, event, given(flags, "--no-https"))[1]
         else:
             raise Fatal(f"unable to build from {spec}: no such file, directory or URI")
         if environ.get("FAKE_APPTAINER_FAIL") == "build":

@@ -3,10 +3,10 @@ unknown flags (or flags the program's version does not have) and wrong arity are
 
 from __future__ import annotations
 
-from tests.standin.identity import Fatal, Identity
+from tests.standin.identity import Fatal, Identity, Usage
 
 ACTION = (
-    "--cleanenv -e --nv --writable-tmpfs --no-eval --disable-cache",
+    "--cleanenv -e --nv --writable-tmpfs --no-eval --disable-cache --no-https",
     "--bind -B --overlay -o --env --env-file --cwd --pwd",
 )
 # Real exec/run/shell flags whose effect the stand-in cannot show on the host: refused loudly
@@ -23,7 +23,7 @@ FLAG_TEXT = {  # verb: (modelled flags without a value, with a value); Apptainer
     "pull": ("--force -F --disable-cache --no-https", "--dir --name --arch --tmpdir"),
     "build": (
         "--force -F --fakeroot -f --warn-unused-build-args --disable-cache --notest -T "
-        "--fix-perms --no-cleanup",
+        "--fix-perms --no-cleanup --no-https",
         "--build-arg --build-arg-file --bind -B --tmpdir --section",
     ),
     "inspect": ("--labels -l --deffile -d --environment -e --json -j --all --runscript -r", ""),
@@ -46,6 +46,7 @@ Flags = list[tuple[str, str]]
 def parse(verb: str, args: list[str], who: Identity) -> tuple[Flags, list[str]]:
     """(flags as (name, value), positionals); flags end at the first positional or ``--``."""
     booleans, valued = FLAGS[verb]
+    command = verb.split()[-1]  # cobra names the subcommand: "create" for overlay create
     flags: Flags = []
     rest = list(args)
     while rest and rest[0].startswith("-") and rest[0] != "-":
@@ -56,16 +57,25 @@ def parse(verb: str, args: list[str], who: Identity) -> tuple[Flags, list[str]]:
         if verb in ("exec", "run", "shell") and name in UNMODELLED:
             raise Fatal(f"stand-in: {name} is an Apptainer flag this stand-in does not model")
         if name not in booleans | valued or not who.has_flag(name):
-            raise Fatal(f'Error for command "{verb}": unknown flag: {name}')
+            raise Usage(f'Error for command "{command}": unknown flag: {name}')
         if name in valued and not eq:
             if not rest:
-                raise Fatal(f'Error for command "{verb}": flag needs an argument: {name}')
+                raise Usage(f'Error for command "{command}": flag needs an argument: {name}')
             value = rest.pop(0)
         flags.append((name, value if name in valued else "true"))
     least, most = POSITIONALS[verb]
     if len(rest) < least or (most is not None and len(rest) > most):
-        raise Fatal(f'Error for command "{verb}": wrong number of arguments: {rest}')
+        raise Usage(f'Error for command "{command}": {arity(least, most, len(rest))}')
     return flags, rest
+
+
+def arity(least: int, most: int | None, got: int) -> str:
+    """cobra's words for a wrong number of positional arguments."""
+    if most is None:
+        return f"requires at least {least} arg(s), only received {got}"
+    if least == most:
+        return f"accepts {least} arg(s), received {got}"
+    return f"accepts between {least} and {most} arg(s), received {got}"
 
 
 def values(flags: Flags, *names: str) -> list[str]:

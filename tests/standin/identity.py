@@ -27,6 +27,11 @@ class Fatal(Exception):
     """Apptainer's own failure: one FATAL line, exit 255."""
 
 
+class Usage(Exception):
+    """A command line Apptainer's parser (cobra) refuses: ``Error for command "VERB": ...``,
+    exit 1 (measured on 1.4.5: not FATAL, not 255)."""
+
+
 class Interrupted(Exception):
     """SIGINT or SIGTERM during a pull or build: temporary files go, then exit 255."""
 

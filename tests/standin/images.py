@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.standin import remote
-from tests.standin.cli import parse, values
+from tests.standin.cli import given, parse, values
 from tests.standin.identity import Fatal, Identity, Interrupted
 from tests.standin.sif import Metadata, read_metadata, sif_bytes
 
@@ -66,7 +66,7 @@ def cache_entry(ref: str, who: Identity, environ: dict[str, str], digest: str) -
 
 def cached_image(
     ref: str, who: Identity, environ: dict[str, str], disable_cache: bool, event: Event,
-    work: Path | None = None,
+    plain_http: bool, work: Path | None = None,
 ) -> tuple[Path | None, Metadata]:  # fmt: skip
     """(the SIF in the cache, its metadata) of a URI: the registry is asked first (network),
     then the cache; a miss downloads and converts in ``work`` (a build-temp-* directory, made
@@ -74,10 +74,10 @@ def cached_image(
     metadata), nothing kept."""
     if not ref.startswith(remote.REMOTE):  # docker-daemon:, oci-archive: ... are local
         return None, {"environment": {"PATH": remote.DEFAULT_PATH}}
-    entry = cache_entry(ref, who, environ, remote.digest_of(ref, environ))
+    entry = cache_entry(ref, who, environ, remote.digest_of(ref, environ, plain_http))
     if not disable_cache and entry.is_file():
         return entry, read_metadata(entry)
-    _, metadata = remote.fetch(ref, environ, event)
+    _, metadata = remote.fetch(ref, environ, event, plain_http)
     if disable_cache:
         return None, metadata
     if work is None:
@@ -114,7 +114,8 @@ def pull(args: list[str], environ: dict[str, str], who: Identity, event: Event) 
     disable = bool(values(flags, "--disable-cache")) or who.enabled(environ, "DISABLE_CACHE")
     with build_temp(who, environ, values(flags, "--tmpdir")) as work:
         print(f"INFO:    Converting OCI blobs to SIF format ({ref})", file=sys.stderr)
-        entry, metadata = cached_image(ref, who, environ, disable, event, work)
+        plain_http = given(flags, "--no-https")
+        entry, metadata = cached_image(ref, who, environ, disable, event, plain_http, work)
         if entry is None:  # straight to DEST
             head, body = sif_bytes(ref, int(environ.get("FAKE_APPTAINER_SIZE", "65536")), metadata)
             write_slowly(dest, head, body, environ)

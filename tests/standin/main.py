@@ -1,12 +1,13 @@
 """The stand-in's command dispatch: which program it is, one log line per call, Apptainer's
-FATAL line and exit 255 for its own failures."""
+FATAL line and exit 255 for its own failures, its parser's error line and exit 1 for a bad
+command line."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from tests.standin.identity import Fatal, Identity, Interrupted, identify
+from tests.standin.identity import Fatal, Identity, Interrupted, Usage, identify
 from tests.standin.log import Call
 
 
@@ -47,6 +48,9 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
         print(warning, file=sys.stderr)
     try:
         return dispatch(argv[1:], environ, who, call)
+    except Usage as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except (Fatal, Interrupted, OSError) as exc:  # Apptainer's own failures: one line, 255
         print(f"FATAL:   {exc}", file=sys.stderr)
         return 255

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from tests.standin.cli import parse, values
-from tests.standin.identity import Fatal, Identity
+from tests.standin.identity import Fatal, Identity, Usage
 
 # ext3 features (dumpe2fs names): compat ones are not checked; of the others, Apptainer accepts
 # only these (pkg/image/ext3.go; facts: "Accepted ext3 overlay images")
@@ -96,10 +96,15 @@ def overlay_create(args: list[str], who: Identity, ran: list[list[str]]) -> int:
     """Create the overlay image; ``ran`` gets the commands run (for the log)."""
     flags, (path_text,) = parse("overlay create", args, who)
     if who.ce and values(flags, "--fakeroot", "-f"):
-        raise Fatal('Error for command "overlay create": unknown flag: --fakeroot')
+        raise Usage('Error for command "create": unknown flag: --fakeroot')
     size_text = (values(flags, "--size", "-s") or ["64"])[-1]
-    if not size_text.isdigit() or int(size_text) < 64:
-        raise Fatal(f"overlay size must be an integer of at least 64 MiB, got {size_text!r}")
+    if not size_text.isdigit():
+        raise Usage(
+            f'Error for command "create": invalid argument "{size_text}" for "-s, --size" flag: '
+            f'strconv.ParseInt: parsing "{size_text}": invalid syntax'
+        )
+    if int(size_text) < 64:
+        raise Fatal("image size must be equal or greater than 64 MiB")
     path, size = Path(path_text), int(size_text)
     if path.exists():
         existing(path)

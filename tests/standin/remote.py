@@ -73,12 +73,19 @@ def _get(url: str, accept: str) -> tuple[bytes, dict[str, str]]:
         raise Fatal(f"Unable to fetch {url}: {exc}") from exc
 
 
-def manifest(ref: str) -> tuple[str, str, str]:
-    """(registry base URL, manifest digest, config digest) of a local-registry reference."""
+def manifest(ref: str, plain_http: bool) -> tuple[str, str, str]:
+    """(registry base URL, manifest digest, config digest) of a local-registry reference; it
+    serves plain HTTP, which Apptainer speaks to a docker:// registry only with --no-https."""
     found = LOCAL_REGISTRY.match(ref)
     if found is None:
         raise Fatal(f"Unable to handle {ref} uri: invalid reference format")
     host, name, tag, digest = found.groups()
+    if not plain_http:
+        raise Fatal(
+            f"While making image from oci registry: error fetching image to cache: failed to "
+            f'get checksum for {ref}: pinging container registry {host}: Get "https://{host}'
+            f'/v2/": http: server gave HTTP response to HTTPS client'
+        )
     base = f"http://{host}/v2/{name}"
     body, headers = _get(f"{base}/manifests/{digest or tag or 'latest'}", ACCEPT)
     top = headers.get("docker-content-digest") or sha256(body)
@@ -91,10 +98,12 @@ def manifest(ref: str) -> tuple[str, str, str]:
     return base, top, str(document["config"]["digest"])
 
 
-def fetch(ref: str, environ: dict[str, str], event: Event) -> tuple[str, Metadata]:
+def fetch(
+    ref: str, environ: dict[str, str], event: Event, plain_http: bool
+) -> tuple[str, Metadata]:
     """(digest, metadata) of a remote image, fetched (or modelled) now; logs the download."""
     if LOCAL_REGISTRY.match(ref):
-        base, digest, config_digest = manifest(ref)
+        base, digest, config_digest = manifest(ref, plain_http)
         config = json.loads(_get(f"{base}/blobs/{config_digest}", "*/*")[0])
         inner = config.get("config") or {}
         env = dict(pair.partition("=")[::2] for pair in inner.get("Env") or [])
@@ -106,7 +115,7 @@ def fetch(ref: str, environ: dict[str, str], event: Event) -> tuple[str, Metadat
     return digest, metadata
 
 
-def digest_of(ref: str, environ: dict[str, str]) -> str:
+def digest_of(ref: str, environ: dict[str, str], plain_http: bool) -> str:
     """Ask the registry for the manifest digest: needs the network (facts: remote IMAGE)."""
     if environ.get("FAKE_APPTAINER_OFFLINE") == "1":
         host = re.sub(r"^[a-z]+://", "", ref).split("/", 1)[0]
@@ -115,5 +124,5 @@ def digest_of(ref: str, environ: dict[str, str]) -> str:
             f"dial tcp: lookup {host}: no route to host (offline)"
         )
     if LOCAL_REGISTRY.match(ref):
-        return manifest(ref)[1]
+        return manifest(ref, plain_http)[1]
     return modelled(ref, environ)[0]
