@@ -55,7 +55,7 @@ test:  ## lint, all tests on TF_VERSION (unit and real Slurm, MPI, Docker, Tenso
 	done; exit $$rc
 
 test-suite:  ## all tests on TF_VERSION only
-	$(VPY) -m pytest -ra tests
+	$(VPY) -m pytest -ra --durations=30 tests
 
 test-matrix:  ## the training tests of every launch mode (marker `modes`) on every other TensorFlow of the matrix
 	@set -e; for tf in $(OTHER_TF); do \
