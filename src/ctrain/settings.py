@@ -93,6 +93,7 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting("cwd", None, "working directory in the container (default: where ctrain runs)", _text),
     Setting("launch", True, "run the command through the image's ctrain launch", _flag),
     Setting("dry_run", False, "print the command and its environment, run nothing", _flag),
+    Setting("show_secrets", False, "print secret-looking values (*KEY*, *TOKEN*, ...)", _flag),
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
     Setting(
         "build_tmpdir",

@@ -35,6 +35,7 @@ def common(func: Any) -> Any:
         setting_option("cache_dir"),
         setting_option("allow_home_cache", is_flag=True, flag_value="true"),
         setting_option("dry_run", is_flag=True, flag_value="true"),
+        setting_option("show_secrets", is_flag=True, flag_value="true"),
         click.argument("image", required=False),
     ]
     for option in reversed(options):
@@ -52,6 +53,7 @@ def _run(
     import shlex
 
     from ctrain.container import planner, runtimes
+    from ctrain.util.secrets import masked
 
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
@@ -66,7 +68,8 @@ def _run(
     planned = plan()
     invocation = planned.invocation
     if s["dry_run"].value:
-        click.echo("\n".join(runtimes.describe(invocation, os.environ)))
+        reveal = bool(s["show_secrets"].value)
+        click.echo("\n".join(runtimes.describe(invocation, os.environ, reveal)))
         pending = planned.image.pull
         if pending is not None:
             runtime = f" --runtime {PYXIS}" if pending.runtime == PYXIS else ""  # not auto's
@@ -75,7 +78,7 @@ def _run(
                 f"then {pending.target} is run in its place"
             )
         for key, value in sorted(planned.image.pull_env().items()):
-            click.echo(f"  pull env {key}={shlex.quote(value)}")
+            click.echo(f"  pull env {key}={shlex.quote(value if reveal else masked(key, value))}")
         return
     planner.run(planned, plan, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
 

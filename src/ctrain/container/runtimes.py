@@ -43,6 +43,7 @@ from ctrain.names import (
     SIF_RUNTIMES,
     program_of,
 )
+from ctrain.util.secrets import masked
 
 
 class Runtime(Protocol):
@@ -117,18 +118,22 @@ class Invocation:
     carriers: frozenset[str] = frozenset()  # what carries `added` in env: APPTAINERENV_X, ...
 
 
-def describe(invocation: Invocation, environ: Mapping[str, str]) -> list[str]:
+def describe(invocation: Invocation, environ: Mapping[str, str], reveal: bool = False) -> list[str]:
     """What --dry-run prints: the argv, the runtime's choices, the container's variables, then
     every other variable the runtime process gets that the host does not have; carriers like
-    APPTAINERENV_NAME are shown once, as ``env NAME``."""
+    APPTAINERENV_NAME are shown once, as ``env NAME``. Secrets are hidden unless ``reveal``
+    (``util.secrets``)."""
     import shlex
+
+    def shown(key: str, value: str) -> str:
+        return shlex.quote(value if reveal else masked(key, value))
 
     lines = [shlex.join(invocation.argv)]
     lines += [f"  note {note}" for note in invocation.notes]
-    lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(invocation.added.items())]
+    lines += [f"  env {k}={shown(k, v)}" for k, v in sorted(invocation.added.items())]
     for key, value in sorted(invocation.env.items()):
         if environ.get(key) != value and key not in invocation.carriers:
-            lines.append(f"  runtime env {key}={shlex.quote(value)}")
+            lines.append(f"  runtime env {key}={shown(key, value)}")
     return lines
 
 

@@ -16,6 +16,7 @@ from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, KERAS_2, Launched, Mode
 from ctrain.settings import Resolved
+from ctrain.util.secrets import masked
 from ctrain.util.shipped import shipped_dir
 
 PROXY_VARIABLES = tuple(
@@ -89,7 +90,10 @@ class Plan(NamedTuple):
             "gpus": list(self.gpus),
             "collective": self.collective,
             "tf_config": self.tf_config,
-            "env": {"set": dict(sorted(self.env_set.items())), "unset": list(self.env_unset)},
+            "env": {
+                "set": {k: masked(k, v) for k, v in sorted(self.env_set.items())},
+                "unset": list(self.env_unset),
+            },
             "tuning": [t._asdict() for t in self.tuned],
         }
 

@@ -25,6 +25,7 @@ from ctrain.launch.plan import (
 from ctrain.launch.tuning import Cpus
 from ctrain.names import Mode
 from ctrain.util import proc
+from ctrain.util.secrets import masked
 
 
 def _check_horovod() -> None:
@@ -88,7 +89,8 @@ def explain(plan: Plan, as_json: bool) -> str:
         return json.dumps(plan.explain(), indent=2)
     tuned = {t.name for t in plan.tuned}
     lines = [plan.banner()]
-    lines += [f"  set   {k}={v}" for k, v in sorted(plan.env_set.items()) if k not in tuned]
+    set_ = sorted(plan.env_set.items())
+    lines += [f"  set   {k}={masked(k, v)}" for k, v in set_ if k not in tuned]
     lines += [f"  unset {k}" for k in plan.env_unset]
     lines += [
         f"  {'keep ' if t.kept else 'tune '} {t.name}={t.value}  # {t.reason}" for t in plan.tuned

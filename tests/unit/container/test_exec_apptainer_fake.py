@@ -161,6 +161,26 @@ def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -
     assert not ran(fake)
 
 
+def test_dry_run_hides_secrets_unless_asked(fake: dict[str, str], tmp_path: Path) -> None:
+    """Job logs are often world-readable: a secret-looking variable's value and a URL's
+    password are printed as <hidden>; --show-secrets (CTRAIN_SHOW_SECRETS) prints them. The
+    container still gets them (test_golden_oracles: values arrive verbatim)."""
+    proxy = "http://alice:pa55w0rd@proxy.site:3128"
+    args = ["exec", "--dry-run", "--env", "WANDB_API_KEY=k-123", "--env", f"HTTPS_PROXY={proxy}"]
+    args += [str(tmp_path / "img.sif"), "--", "true"]
+    hidden = ctrain(args, fake, tmp_path)
+    assert hidden.returncode == 0, hidden.stderr
+    assert "k-123" not in hidden.stdout and "pa55w0rd" not in hidden.stdout
+    lines = hidden.stdout.splitlines()
+    assert "  env WANDB_API_KEY='<hidden>'" in lines
+    assert "  env HTTPS_PROXY='http://alice:<hidden>@proxy.site:3128'" in lines
+    for shown in (ctrain([*args[:2], "--show-secrets", *args[2:]], fake, tmp_path),
+                  ctrain(args, {**fake, "CTRAIN_SHOW_SECRETS": "1"}, tmp_path)):  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert "  env WANDB_API_KEY=k-123" in shown.stdout.splitlines()
+        assert f"  env HTTPS_PROXY={proxy}" in shown.stdout.splitlines()
+
+
 def test_dry_run_shows_the_pull_the_exec_needs(fake: dict[str, str], tmp_path: Path) -> None:
     """--dry-run prints the exact argv, and for a remote image the pull into the cache (here
     from ./ctrain.toml) that comes first; the exec then runs that local file."""
