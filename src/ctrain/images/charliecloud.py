@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ctrain.container.charliecloud import ENV_FILE
-from ctrain.errors import ConfigError
+from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, pull_lock, safe_name
 from ctrain.images.sif import Sidecar, lock_of, new_sidecar, read_sidecar, sidecar_of
@@ -138,8 +138,9 @@ def pull(
         say(f"converting {plan.ref} into {target} with ch-convert ({reason})")
         with cachedir.in_use(cache):
             _convert(plan, target, {**environ, **storage_env(target)}, temp_space)
-    new = new_sidecar(plan.ref, CHARLIECLOUD, None, target=str(target))
-    fs.write_text(plan.record, new.to_json())
+        # Recorded while the lock is held: a pull waiting on it then finds the record.
+        new = new_sidecar(plan.ref, CHARLIECLOUD, None, target=str(target))
+        fs.write_text(plan.record, new.to_json())
     return PullResult(str(target), True, new, reason)
 
 
@@ -159,7 +160,7 @@ def _convert(plan: PullPlan, target: Path, env: Mapping[str, str], tmpdir: Path)
             argv = convert_argv(plan.program, fmt, name, temp, tmpdir)
             proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {plan.ref}", fix=fix)
         if not (temp / "bin").exists():
-            raise ConfigError(f"ch-convert wrote no image into {temp}", fix)
+            raise ExternalToolError(f"ch-convert wrote no image into {temp}", fix)
         plan.record.unlink(missing_ok=True)  # no record ever describes a directory it is not
         os.utime(temp)  # its age in the cache (cache clean) is the pull's, not the image's
         if target.exists():

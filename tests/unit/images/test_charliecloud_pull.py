@@ -5,6 +5,7 @@ directory). The real ones are tests/integration/test_charliecloud.py's."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -125,6 +126,43 @@ def test_force_replaces_and_a_failure_leaves_the_previous_image(
     assert "previous image is untouched" in caught.value.fix
     assert (target / "made").read_text().strip() == "2"
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".")]  # no temporary
+
+
+def test_the_record_is_written_while_the_lock_is_held(
+    tools: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull waiting on the lock must find the record when it gets the lock, or it converts
+    the image a second time: the record goes to disk before the lock is released."""
+    held_at_write: list[bool] = []
+    write_text = charliecloud.fs.write_text
+
+    def watched(path: Path, text: str) -> None:
+        lock = path.with_name(path.name.removesuffix(".json") + ".lock")
+        fd = os.open(lock, os.O_RDONLY)
+        try:  # another open file description: refused while the pull holds its flock
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held_at_write.append(False)
+        except BlockingIOError:
+            held_at_write.append(True)
+        finally:
+            os.close(fd)
+        write_text(path, text)
+
+    monkeypatch.setattr(charliecloud.fs, "write_text", watched)
+    assert run_pull(tools, tmp_path).downloaded
+    assert held_at_write == [True]
+
+
+def test_a_conversion_that_writes_no_image_is_the_tools_failure(
+    tools: Path, tmp_path: Path
+) -> None:
+    """Exit 5 (ExternalToolError), as a SIF or enroot pull whose tool wrote nothing."""
+    tools.with_name("ch-convert").write_text("#!/bin/sh\nfor last; do :; done\nmkdir -p $last\n")
+    with pytest.raises(ExternalToolError, match="ch-convert wrote no image") as caught:
+        run_pull(tools, tmp_path)
+    assert caught.value.exit_code == 5
+    target = tmp_path / "cache" / "charliecloud" / "docker-daemon_img_1"
+    assert not target.exists() and not target.with_name(target.name + ".json").exists()
 
 
 def test_resolve_finds_the_recorded_directory(tools: Path, tmp_path: Path) -> None:
