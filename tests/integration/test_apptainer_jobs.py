@@ -1,24 +1,29 @@
 """The job scripts on the real Apptainer (Debian's 1.4.5, `make system`) under the local Slurm,
-with ctrain's CPU image (TensorFlow, Horovod, Open MPI inside), pushed to the local registry.
+with ctrain's CPU image (TensorFlow, Horovod, Open MPI inside) as `make image-cpu` builds it
+where Apptainer is installed: the real `apptainer build` of definitions/ctrain-cpu.def (its
+%post runs docker/install.sh, its %test `ctrain doctor`), its labels read back with `apptainer
+inspect`, then pushed to the local registry with `apptainer push` (ORAS), as `make push` does.
 
-The first job names the image as ``docker://127.0.0.1:5000/...``: its batch step pulls it once
-through ctrain's pull (`ctrain resolve`, Apptainer told --no-https for the loopback registry)
-into a SIF in a cache every compute host sees, and every rank runs that file (Apptainer's own
-APPTAINER_CONTAINER inside says so). Then, from the same cache and with no second download: a
-multiworker job stopped by SIGUSR2, requeued and resumed to the uninterrupted job's weights bit
-for bit, and a Horovod job (`srun --mpi=pmix` into the container's Open MPI, the host's PMIx)
-on two compute hosts of partition `cluster`, which cannot reach the registry: their batch step
-finds the image in the shared cache, as after a `ctrain pull` on a login node. With an empty
-cache, the same job fails in its batch step with ctrain's one-line error and fix, Apptainer's
-own "connection refused" in it, and no rank starts. Every multi-rank job ends with identical
-weights on its ranks.
+The first job names the image as ``oras://127.0.0.1:5000/...``: its batch step pulls it once
+through ctrain's pull (`ctrain resolve`) into a SIF in a cache every compute host sees, and
+every rank runs that file (Apptainer's own APPTAINER_CONTAINER inside says so). Then, from the
+same cache and with no second download: a multiworker job stopped by SIGUSR2, requeued and
+resumed to the uninterrupted job's weights bit for bit, and a Horovod job (`srun --mpi=pmix`
+into the container's Open MPI, the host's PMIx) on two compute hosts of partition `cluster`,
+which cannot reach the registry: their batch step finds the image in the shared cache, as after
+a `ctrain pull` on a login node. With an empty cache, the same job fails in its batch step with
+ctrain's one-line error and fix, Apptainer's own "connection refused" in it, and no rank
+starts. Every multi-rank job ends with identical weights on its ranks.
 
-One SIF of about 900 MB per run: the pull is the slow part (minutes on 2 cores).
+One SIF of about 900 MB per run: its build is the slow part (about 5 minutes on 2 cores); the
+pull is a download.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -30,8 +35,9 @@ from ctrain.images import pull, sif
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import REGISTRY, need, registry_up
 
-from .images import ci_cpu_image
+from .images import DEFAULT, ci_cpu_sif
 from .jobs import BIN
+from .test_built_images import LABEL_PINS, pins
 from .test_jobs_real import (
     RESUMABLE,
     final_weights,
@@ -60,14 +66,39 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def remote_image() -> str:
-    """The CI CPU image in the local registry, as ``docker://127.0.0.1:5000/...``."""
+    """The CPU SIF built from the definition, in the local registry as ``oras://...``."""
     need(registry_up(), f"no registry at {REGISTRY} (make services)")
-    image = ci_cpu_image()
-    ref = f"{REGISTRY}/ctrain-test/ctrain-cpu:ci"
-    for argv in (["docker", "tag", image, ref], ["docker", "push", ref]):
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PUSH_TIMEOUT)
-        assert done.returncode == 0, done.stderr
-    return f"docker://{ref}"
+    ref = f"oras://{REGISTRY}/ctrain-test/ctrain-cpu-sif:ci"
+    done = subprocess.run(
+        ["apptainer", "push", str(ci_cpu_sif().path), ref],
+        capture_output=True,
+        text=True,
+        timeout=PUSH_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    return ref
+
+
+def test_the_cpu_sif_is_built_from_the_definition_with_the_matrix_pins() -> None:
+    built = ci_cpu_sif()
+    print(f"apptainer build of definitions/ctrain-cpu.def: {built.seconds:.0f} s")
+    assert "INFO:    Running post scriptlet" in built.output
+    assert "INFO:    Running testscript" in built.output  # %test: ctrain doctor
+    assert re.search(r"^PASS +horovod +\S+: MPI yes, Gloo yes", built.output, re.M), built.output
+    shown = subprocess.run(
+        ["apptainer", "inspect", "--json", str(built.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    labels = json.loads(shown.stdout)["data"]["attributes"]["labels"]
+    wanted = pins(DEFAULT, "cpu")
+    assert {label: labels.get(label) for label in LABEL_PINS} == {
+        label: wanted[pin] for label, pin in LABEL_PINS.items()
+    }
+    assert labels["io.ctrain.flavour"] == "cpu"
+    assert labels["org.label-schema.usage.singularity.deffile.bootstrap"] == "docker-daemon"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +174,7 @@ def first(remote_image: str, shared: Shared, jobs: list[str]) -> FirstJob:
     """The multiworker job with the remote image and an empty cache: it pulls."""
     workdir = shared.workdir("first")
     out = run_job("multiworker", workdir, shared.env(remote_image), jobs)
-    ref = remote_image  # docker:// is the form apptainer pull takes as it is
+    ref = remote_image  # oras:// is the form apptainer pull takes as it is
     return FirstJob(workdir, out, shared.cache / sif.IMAGES_DIR / pull.image_filename(ref))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import io
@@ -81,12 +82,16 @@ def ctrain_min_image() -> str:
     return name
 
 
-def make(*args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT) -> tuple[float, str]:
+def make(
+    *args: str, tag: str = TAG, timeout: float = BUILD_TIMEOUT, apptainer: bool = False
+) -> tuple[float, str]:
     """Run a make target in the repository with Docker (APPTAINER blanked: the image targets
-    would build a SIF where apptainer is installed); its wall time in seconds and its output."""
+    would build a SIF where apptainer is installed), or with ``apptainer``; its wall time in
+    seconds and its output."""
     t0 = time.monotonic()
+    engine = [] if apptainer else ["APPTAINER="]
     done = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(REPO), *args, "APPTAINER=", f"TAG={tag}"],
+        ["make", "--no-print-directory", "-C", str(REPO), *args, *engine, f"TAG={tag}"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -114,6 +119,26 @@ def ci_cpu_image() -> str:
     """The CPU image of the default TensorFlow from this checkout (ctrain:ci-cpu), built once
     per session by whichever test asks first, or $CTRAIN_TEST_CPU_IMAGE as it is."""
     return os.environ.get("CTRAIN_TEST_CPU_IMAGE") or build_cpu(base_image(), DEFAULT)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltSif:
+    path: Path
+    output: str  # make's and apptainer build's
+    seconds: float
+
+
+@functools.cache
+def ci_cpu_sif() -> BuiltSif:
+    """The CPU SIF of the default TensorFlow, built once per session by the real `apptainer
+    build` of definitions/ctrain-cpu.def, as `make image-cpu` runs it where Apptainer is
+    installed: from the wheelhouse, bootstrapped from the Debian base in the Docker daemon
+    (BASE_IMAGE), as root with --fakeroot (this sandbox's root lacks a capability %post asks
+    for; `make system` gives root the subordinate ids it needs), its %test run."""
+    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={DEFAULT}")
+    flags = "APPTAINER_BUILD_FLAGS=--fakeroot --force"
+    seconds, output = make("image-cpu", f"BASE_IMAGE={base_image()}", flags, apptainer=True)
+    return BuiltSif(REPO / "build" / f"ctrain-{TAG}-cpu.sif", output, seconds)
 
 
 def busybox_tar() -> bytes:
