@@ -8,7 +8,9 @@ The first job names the image as ``oras://127.0.0.1:5000/...``: its batch step p
 through ctrain's pull (`ctrain resolve`) into a SIF in a cache every compute host sees, and
 every rank runs that file (Apptainer's own APPTAINER_CONTAINER inside says so). Then, from the
 same cache and with no second download: a multiworker job stopped by SIGUSR2, requeued and
-resumed to the uninterrupted job's weights bit for bit, and a Horovod job (`srun --mpi=pmix`
+resumed to the uninterrupted job's weights bit for bit; the single, mirrored and
+horovod-mpirun scripts (the host's mpirun starting one `ctrain exec` per rank); and a Horovod
+job (`srun --mpi=pmix`
 into the container's Open MPI, the host's PMIx) on two compute hosts of partition `cluster`,
 which cannot reach the registry: their batch step finds the image in the shared cache, as after
 a `ctrain pull` on a login node. With an empty cache, the same job fails in its batch step with
@@ -218,6 +220,38 @@ def test_a_requeued_job_resumes_to_the_uninterrupted_weights(
     assert {r["container"] for r in runs} == {str(first.sif_file)}
     assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == list(range(EPOCHS))
     assert final_weights(out, 2) == final_weights(first.out, 2)
+
+
+ONE_HOST_MODES = {"single": ("single", 1), "mirrored": ("mirrored", 1)}
+ONE_HOST_MODES["horovod-mpirun"] = ("horovod", 2)  # the host's mpirun, one ctrain exec per rank
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+def test_every_other_job_script_runs_the_sif_pulled_before(
+    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
+) -> None:
+    """single, mirrored and horovod-mpirun (the host's mpirun starts one `ctrain exec` per rank,
+    the container's Open MPI talks to it), submitted together, each from the shared cache: every
+    rank trains inside the SIF the first job pulled, and nothing is pulled again."""
+    submitted = {}
+    for mode, (_, ranks) in ONE_HOST_MODES.items():
+        workdir = shared.workdir(mode)
+        options = {"tasks_per_node": str(ranks)} if ranks > 1 else {}
+        script = render(
+            mode, command(workdir, EPOCHS), runtime="apptainer", job_name=mode, **options
+        )
+        submitted[mode] = (submit(script, workdir, jobs, **shared.env(remote_image)), workdir)
+    for mode, (job, workdir) in submitted.items():
+        launched, ranks = ONE_HOST_MODES[mode]
+        record = wait_done(job, workdir)
+        assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", log(workdir)
+        runs = lines(workdir / "out" / "runs.jsonl")
+        assert sorted(r["rank"] for r in runs) == list(range(ranks)), runs  # type: ignore[type-var]
+        assert all(r["mode"] == launched and r["end"] == "done" for r in runs), runs
+        assert {r["container"] for r in runs} == {str(first.sif_file)}, runs
+        assert len({str(w) for w in final_weights(workdir / "out", ranks)}) == 1
+        assert "pulling" not in log(workdir, tail=0)
 
 
 # ---- across the compute hosts of partition `cluster`: offline, the cache on a shared filesystem
