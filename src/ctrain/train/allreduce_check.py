@@ -27,11 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     value = tf.constant([float(hvd.rank() + 1)] * 4)
     got = hvd.allreduce(value, op=hvd.Sum).numpy().tolist()
     ok = hvd.size() == want_size and got == [expected(want_size)] * 4
-    print(
-        f"allreduce_check: rank {hvd.rank()} of {hvd.size()} ({controller}, TensorFlow "
-        f"{tf.__version__}): {got} {'ok' if ok else f'WRONG, want size {want_size}'}",
-        flush=True,
-    )
+    verdict = "ok" if ok else f"WRONG, want size {want_size}"
+    line = f"allreduce_check: rank {hvd.rank()} of {hvd.size()} ({controller}, TensorFlow "
+    line += f"{tf.__version__}): {got} {verdict}\n"
+    # One write with its newline: ranks share the launcher's stdout, and print() writes the
+    # newline apart when unbuffered (PYTHONUNBUFFERED), so another rank's line could land first.
+    sys.stdout.write(line)
+    sys.stdout.flush()
     return 0 if ok else 1
 
 
