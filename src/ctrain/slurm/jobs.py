@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ctrain.errors import CtrainError, JobRequestError
+from ctrain.errors import ConfigError, CtrainError, JobRequestError
 from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, PYXIS, RUNTIME_CHOICES
 from ctrain.slurm import pyxis_job
 from ctrain.util.shipped import shipped_dir
@@ -60,17 +60,17 @@ def templates_dir(environ: Mapping[str, str] | None = None) -> Path:
         return shipped_dir("jobs")
     chosen = Path(env[ENV_JOBS_DIR])
     if not (chosen / "single.sbatch").is_file():
-        raise CtrainError(
+        raise ConfigError(
             f"{ENV_JOBS_DIR}={chosen} holds no job templates (no single.sbatch)",
             f"point {ENV_JOBS_DIR} at a copy of ctrain's jobs/, or unset it",
         )
     return chosen
 
 
-def _damaged(mode: str, what: str) -> CtrainError:
+def _damaged(mode: str, what: str) -> ConfigError:
     """A job template that is not as ctrain writes them (edited by hand, or another version)."""
     name = f"jobs/{mode}.sbatch" if mode else "a job template"
-    return CtrainError(
+    return ConfigError(
         f"{name} is damaged: {what}",
         f"restore jobs/ from ctrain's source, or set {ENV_JOBS_DIR} to an intact copy",
     )
@@ -159,8 +159,22 @@ class Resolved:
     signal_seconds: int
 
 
-def _int(options: Mapping[str, str], key: str) -> int:
-    return int(options[key])
+def _int(mode: str, options: Mapping[str, str], key: str) -> int:
+    value = options[key]
+    if not value.isdigit():
+        raise _damaged(mode, f"#SBATCH --{key}={value} is not a whole number")
+    return int(value)
+
+
+def _default_image(mode: str, text: str) -> str:
+    """The first word of the template's ``default_image=`` (shell quoting undone)."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise _damaged(mode, f"default_image={text}: {exc}") from None
+    if not words:
+        raise _damaged(mode, "default_image= is empty")
+    return words[0]
 
 
 def resolve(request: JobRequest, text: str) -> Resolved:
@@ -179,20 +193,20 @@ def resolve(request: JobRequest, text: str) -> Resolved:
         raise _damaged(mode, "no default_image= or default_runtime= line")
     gpus = request.gpus_per_node
     if gpus is None:
-        gpus = _int(options, "gpus-per-node") if "gpus-per-node" in options else 0
+        gpus = _int(mode, options, "gpus-per-node") if "gpus-per-node" in options else 0
     values = Resolved(
         mode=mode,
         command=request.command,
-        nodes=request.nodes if request.nodes is not None else _int(options, "nodes"),
+        nodes=request.nodes if request.nodes is not None else _int(mode, options, "nodes"),
         gpus_per_node=gpus,
         tasks_per_node=request.tasks_per_node or 0,
-        cpus_per_task=request.cpus_per_task or _int(options, "cpus-per-task"),
+        cpus_per_task=request.cpus_per_task or _int(mode, options, "cpus-per-task"),
         mem=request.mem or options["mem"],
         time=request.time or options["time"],
         partition=request.partition,
         account=request.account,
         job_name=request.job_name or options["job-name"],
-        image=request.image or shlex.split(defaults.group(1))[0],
+        image=request.image or _default_image(mode, defaults.group(1)),
         runtime=request.runtime or runtime_default.group(1),
         nv=request.nv if request.nv is not None else gpus > 0,
         signal_seconds=request.signal_seconds or int(signal.group(1)),

@@ -204,14 +204,35 @@ def test_ctrl_c_is_one_line_and_130(tmp_path: Path) -> None:
     assert done.returncode == Interrupted.exit_code == 130
 
 
-def test_a_damaged_job_template_is_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("line", "edited", "said"),
+    [
+        ("#SBATCH --signal", None, "no #SBATCH --signal= line"),
+        ("#SBATCH --nodes=", "#SBATCH --nodes=2-4", "#SBATCH --nodes=2-4 is not a whole number"),
+        ("#SBATCH --cpus-per-task=", "#SBATCH --cpus-per-task=x", "#SBATCH --cpus-per-task=x is"),
+        ("default_image=", "default_image=", "default_image= is empty"),
+        ("default_image=", "default_image='a b", "default_image='a b: No closing quotation"),
+    ],
+)
+def test_a_damaged_job_template_is_one_line(
+    tmp_path: Path, line: str, edited: str | None, said: str
+) -> None:
+    """A template from $CTRAIN_JOBS_DIR is something the user gave: exit 2, one line."""
     template = (REPO / "jobs" / "single.sbatch").read_text(encoding="utf-8")
-    damaged = "\n".join(line for line in template.splitlines() if "--signal" not in line)
-    (tmp_path / "single.sbatch").write_text(damaged, encoding="utf-8")
+    lines = template.splitlines()
+    (index,) = [i for i, text in enumerate(lines) if text.startswith(line)]
+    lines[index : index + 1] = [edited] if edited is not None else []
+    (tmp_path / "single.sbatch").write_text("\n".join(lines) + "\n", encoding="utf-8")
     env = {**os.environ, "CTRAIN_JOBS_DIR": str(tmp_path)}
     done = ctrain("job", "render", "single", "--", "python", "t.py", env=env)
-    assert "jobs/single.sbatch is damaged: no #SBATCH --signal= line" in the_error_line(done)
-    assert done.returncode == 1
+    assert f"jobs/single.sbatch is damaged: {said}" in the_error_line(done)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_a_jobs_dir_without_templates_is_a_setting_error(tmp_path: Path) -> None:
+    env = {**os.environ, "CTRAIN_JOBS_DIR": str(tmp_path)}
+    done = ctrain("job", "render", "single", "--", "python", "t.py", env=env)
+    assert "holds no job templates" in the_error_line(done) and done.returncode == 2
 
 
 def test_a_library_error_is_one_line() -> None:
