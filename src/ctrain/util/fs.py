@@ -17,7 +17,7 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ctrain.errors import ConfigError
+from ctrain.errors import ConfigError, FileAccessError
 
 GIB = 1024**3
 FREE_FIX = (
@@ -64,11 +64,12 @@ def check_free(path: Path, min_gb: int, fix: str = FREE_FIX) -> int:
     return free
 
 
-def write_error(exc: OSError, path: Path, space_fix: str) -> ConfigError:
-    """The one-line error for a failed write of ``path``; a full disk is told ``space_fix``."""
+def write_error(exc: OSError, path: Path, space_fix: str) -> FileAccessError:
+    """The one-line error for a failed write of ``path`` (exit 7, as README's table says of a
+    file the system refused); a full disk is told ``space_fix``."""
     if exc.errno == errno.ENOSPC:
-        return ConfigError(f"no space left in {path.parent} for {path.name}", space_fix)
-    return ConfigError(f"cannot write {path}: {exc.strerror}", "check the directory")
+        return FileAccessError(f"no space left in {path.parent} for {path.name}", space_fix)
+    return FileAccessError(f"cannot write {path}: {exc.strerror}", "check the directory")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ space and sizes."""
 
 from __future__ import annotations
 
+import errno
 import signal
 import subprocess
 import sys
@@ -160,3 +161,14 @@ def test_scratch_is_private_and_gone_however_the_block_ends(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
     with fs.scratch(tmp_path, "tool-") as one, fs.scratch(tmp_path, "tool-") as two:
         assert one != two
+
+
+def test_a_failed_write_is_the_file_access_error_of_readmes_table(tmp_path: Path) -> None:
+    full = fs.write_error(OSError(errno.ENOSPC, "No space left"), tmp_path / "x.sif", "free some")
+    denied = fs.write_error(OSError(errno.EACCES, "Permission denied"), tmp_path / "x.sif", "-")
+    assert (full.exit_code, denied.exit_code) == (7, 7)
+    assert (full.message, full.fix) == (f"no space left in {tmp_path} for x.sif", "free some")
+    assert denied.line() == (
+        f"ctrain: error: cannot write {tmp_path / 'x.sif'}: Permission denied "
+        "Fix: check the directory"
+    )
