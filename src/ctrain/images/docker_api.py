@@ -122,9 +122,16 @@ def inspect(client: APIClient, ref: str, environ: Mapping[str, str]) -> EngineIm
 
     with _answered("image inspect", ref, environ):
         try:
-            return image_from_inspect(client.inspect_image(ref))
+            answer = client.inspect_image(ref)
         except docker.errors.NotFound:
             return None
+    try:
+        return image_from_inspect(answer)
+    except ValueError as exc:
+        raise ExternalToolError(
+            f"the Docker engine at {where(environ)} answered image inspect {ref} with {exc}",
+            "check the engine (docker version, docker image inspect REF)",
+        ) from None
 
 
 def export_image(

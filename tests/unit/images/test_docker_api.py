@@ -190,3 +190,20 @@ def test_push_checks_both_references_before_it_connects(monkeypatch: pytest.Monk
         result = CliRunner().invoke(main, ["push", *args])
         assert result.exit_code == 2, result.output
         assert "Docker SDK" not in result.output
+
+
+class NoId:
+    """An engine whose inspect answer has no image Id (a proxy in front, another API)."""
+
+    def inspect_image(self, ref: str) -> dict[str, object]:
+        return {"RepoDigests": []}
+
+
+def test_an_inspect_answer_without_an_id_is_one_error_line() -> None:
+    with pytest.raises(ExternalToolError) as caught:
+        docker_api.inspect(NoId(), REF, {"DOCKER_HOST": "unix:///run/x.sock"})  # type: ignore[arg-type]
+    assert caught.value.exit_code == 5
+    assert caught.value.message == (
+        f"the Docker engine at unix:///run/x.sock answered image inspect {REF} with no image Id "
+        "in the inspect output"
+    )
