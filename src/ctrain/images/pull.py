@@ -64,6 +64,7 @@ from ctrain.names import (
     CONTAINER_RUNTIMES,
     ENGINE_RUNTIMES,
     ENGINE_SCHEME,
+    ONE_COLON,
     PYXIS,
     SIF_RUNTIMES,
     is_remote,
@@ -111,7 +112,11 @@ def check_ref(ref: str, runtime: str) -> str:
         if split is None:
             raise ConfigError(
                 f"image reference {text!r} has no scheme",
-                f"write docker://{text} (or oras://, library://, https://)",
+                f"write docker://{text} (or another scheme: "
+                + ", ".join(
+                    s + (":" if s in ONE_COLON else "://") for s in schemes("pull") if s != "docker"
+                )
+                + ")",
             )
         if not is_remote(text, "pull") or not split[1]:
             raise ConfigError(
@@ -216,9 +221,9 @@ def plan_pull(
 
         return charliecloud.plan_pull(ref, program, output, cache_root, force)
     if runtime not in CONTAINER_RUNTIMES:
+        pullers = ", ".join((*CONTAINER_RUNTIMES, PYXIS))
         raise ConfigError(
-            f"the {runtime} runtime has no images to pull",
-            "choose --runtime apptainer, singularity, docker or podman",
+            f"the {runtime} runtime has no images to pull", f"choose --runtime: one of {pullers}"
         )
     checked = check_ref(ref, runtime)
     if runtime in ENGINE_RUNTIMES:
