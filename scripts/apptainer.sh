@@ -197,6 +197,10 @@ install_package() {
 ROOT_SUBIDS=1000000-1065535
 root_subids() {
     if ! grep -q '^root:' /etc/subuid 2>/dev/null || ! grep -q '^root:' /etc/subgid 2>/dev/null; then
+        local file
+        for file in /etc/subuid /etc/subgid; do  # usermod refuses the flags without the files
+            [ -e "$file" ] || install -m 0644 /dev/null "$file"
+        done
         usermod --add-subuids "$ROOT_SUBIDS" --add-subgids "$ROOT_SUBIDS" root
         log "root's subordinate ids $ROOT_SUBIDS (apptainer build --fakeroot)"
     fi
