@@ -32,6 +32,7 @@ from ctrain.container.spec import Bind, RunSpec
 from ctrain.container.versions import RuntimeVersion, needs
 from ctrain.errors import SpecError
 from ctrain.names import is_remote, runtime_reference
+from ctrain.util.secrets import masked
 
 NO_EVAL: Final = "--no-eval"
 UNSQUASH: Final = "--unsquash"
@@ -80,8 +81,8 @@ def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
     for key, value in sorted(env.items()):
         if any(char in value for char in _EVALUATED):
             raise SpecError(
-                f"{key}={value!r} would be shell-evaluated by {version.text}, which has no "
-                f"{NO_EVAL} (values with $, ` or \\ do not arrive as given)",
+                f"{key}={masked(key, value)!r} would be shell-evaluated by {version.text}, which "
+                f"has no {NO_EVAL} (values with $, ` or \\ do not arrive as given)",
                 f"use {needs(NO_EVAL)} (module load apptainer), "
                 "or pass the value in a file (--bind) instead",
             )

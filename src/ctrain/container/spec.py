@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from ctrain.errors import SpecError
+from ctrain.util.secrets import masked
 
 Action = Literal["exec", "run", "shell"]
 
@@ -124,7 +125,8 @@ def parse_overlay(text: str) -> Overlay:
 def parse_env_pair(text: str, where: str = "--env") -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not _KEY.match(key):
-        raise SpecError(f"{where} {text!r} is not NAME=VALUE", "write --env NAME=VALUE")
+        shown = f"{key}={masked(key, value)}" if sep else text
+        raise SpecError(f"{where} {shown!r} is not NAME=VALUE", "write --env NAME=VALUE")
     return key, value
 
 

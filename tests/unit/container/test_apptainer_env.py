@@ -108,6 +108,13 @@ def test_without_no_eval_evaluated_values_are_refused(value: str, tmp_path: Path
     assert "Apptainer >= 1.1" in caught.value.fix
 
 
+def test_the_refusal_does_not_print_a_secret(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        plan(tmp_path, "apptainer version 1.0.3", env_pairs=("HF_TOKEN=hf_$ecret",))
+    assert caught.value.message.startswith("HF_TOKEN='<hidden>' would be shell-evaluated")
+    assert "ecret" not in caught.value.line()
+
+
 @pytest.mark.parametrize("value", [*UNSAFE, "two\nlines", "quote\"d 'x'", "a,b c"])
 def test_with_no_eval_every_value_is_handed_over_as_given(value: str, tmp_path: Path) -> None:
     got = plan(tmp_path, env_pairs=(f"V={value}",))

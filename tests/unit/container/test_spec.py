@@ -105,6 +105,12 @@ def test_env_pair_refused(text: str) -> None:
     assert caught.value.fix == "write --env NAME=VALUE"
 
 
+def test_env_pair_refused_without_printing_a_secret() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_env_pair("MY-API-KEY=abc123")
+    assert caught.value.message == "--env 'MY-API-KEY=<hidden>' is not NAME=VALUE"
+
+
 def test_env_file_lines() -> None:
     text = "# comment\n\n  A=1  \nexport B=two words\nC=\n\t# indented comment\nA=2\n"
     assert parse_env_file(text, "vars.env") == {"A": "2", "B": "two words", "C": ""}
