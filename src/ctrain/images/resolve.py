@@ -18,7 +18,8 @@ local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each nod
 in enroot's form (container.pyxis).
 
 Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
-header; ``fetch`` runs the pull.
+header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
+imported only where an image may be pulled, so an exec of a local file does not load it.
 """
 
 from __future__ import annotations
@@ -27,18 +28,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ctrain.container.pyxis import enroot_image
 from ctrain.errors import ConfigError
-from ctrain.images import cachedir
-from ctrain.images import enroot as enroot_import
-from ctrain.images.pull import PullPlan, plan_pull, pull, sif_pull_env
-from ctrain.images.sif import decide as sif_decide
-from ctrain.images.sif import read_sidecar, target_state
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
 from ctrain.names import CACHED_RUNTIMES, CHARLIECLOUD, PYXIS, is_remote
 from ctrain.settings import Resolved
+
+if TYPE_CHECKING:
+    from ctrain.images.cachedir import CacheChoice
+    from ctrain.images.pull import PullPlan
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
 
@@ -66,34 +65,34 @@ def ranks(environ: Mapping[str, str]) -> int:
 class ImageChoice:
     image: str  # what the runtime is given: the local SIF file, or the image as given
     pull: PullPlan | None = None  # the pull to run before, when the file is not there yet
-    cache: cachedir.CacheChoice | None = None  # the cache the pull uses
+    cache: CacheChoice | None = None  # the cache the pull uses
     tmpdir: Path | None = None  # apptainer's temporary space for the pull
 
     def pull_env(self) -> dict[str, str]:
         """The variables ctrain adds to the pull's environment (none without a pull)."""
         if self.pull is None or self.cache is None or self.tmpdir is None:
             return {}
+        from ctrain.images import cachedir, charliecloud, pull
+
         if self.pull.runtime == PYXIS:
             return cachedir.enroot_env(self.cache, self.tmpdir)
         if self.pull.runtime == CHARLIECLOUD and self.pull.target is not None:
-            from ctrain.images import charliecloud
-
             return charliecloud.storage_env(self.pull.target)
-        return sif_pull_env(self.cache, self.tmpdir)
+        return pull.sif_pull_env(self.cache, self.tmpdir)
 
 
 def recorded(plan: PullPlan) -> bool:
     """Whether ctrain's record says ``plan``'s target is pulled and whole (no network, no lock:
     the record is written after the file's atomic rename and removed before a new one)."""
+    from ctrain.images import charliecloud, enroot, sif
+
     if plan.target is None:
         return False
     if plan.runtime == CHARLIECLOUD:
-        from ctrain.images import charliecloud
-
         return charliecloud.recorded(plan)
-    state = (enroot_import.target_state if plan.runtime == PYXIS else target_state)(plan.target)
-    sidecar = read_sidecar(plan.record)
-    action, _ = sif_decide(sidecar, plan.ref, state, plan.owned, False, plan.stamp)
+    state = (enroot.target_state if plan.runtime == PYXIS else sif.target_state)(plan.target)
+    sidecar = sif.read_sidecar(plan.record)
+    action, _ = sif.decide(sidecar, plan.ref, state, plan.owned, False, plan.stamp)
     return action == "reuse"
 
 
@@ -107,11 +106,15 @@ def choose(
     """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
     remote = is_remote(image, "exec")
     if runtime == PYXIS and not remote:  # a file, or one pyxis imports on each node
+        from ctrain.container.pyxis import enroot_image
+
         return ImageChoice(enroot_image(image, os.getcwd()))
     if decide(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)
+    from ctrain.images import cachedir, pull
+
     cache = cachedir.resolve_cache_dir(s, environ)
-    plan = plan_pull(image, runtime, program, None, cache.path, False, Path.is_dir)
+    plan = pull.plan_pull(image, runtime, program, None, cache.path, False, Path.is_dir)
     count = ranks(environ)
     decision = decide(runtime, remote, recorded(plan), count)
     if decision == "refuse":
@@ -136,5 +139,7 @@ def fetch(
     temporary space); it waits for a concurrent pull of the same file."""
     if choice.pull is None or choice.cache is None:
         return
+    from ctrain.images import cachedir, pull
+
     cachedir.ensure_dirs(choice.cache)
-    pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir)
+    pull.pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir)

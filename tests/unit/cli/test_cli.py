@@ -18,7 +18,8 @@ from ctrain import __version__
 from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
-from tests.helpers import REPO, wait_for
+from tests import fake_apptainer
+from tests.helpers import REPO, sandbox, wait_for
 
 COMMANDS = [
     "exec",
@@ -247,7 +248,7 @@ def test_help_version_and_success_exit_0(args: list[str]) -> None:
     assert done.returncode == 0 and done.stdout and done.stderr == ""
 
 
-def ctrain_modules_after(args: list[str]) -> list[str]:
+def ctrain_modules_after(args: list[str], env: dict[str, str] | None = None) -> list[str]:
     """The ctrain modules imported by running ``ctrain ARGS`` (to a successful end)."""
     code = (
         "import sys\n"
@@ -258,9 +259,31 @@ def ctrain_modules_after(args: list[str]) -> list[str]:
         "    assert exc.code == 0, exc.code\n"
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'ctrain')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "host"])
+def test_exec_of_a_local_image_imports_one_adapter_and_no_pull(
+    runtime: str, tmp_path: Path
+) -> None:
+    """Start-up is part of every exec: the runtime's adapter alone, none of the pull machinery
+    (benchmarks/apptainer_exec.py measures it)."""
+    box = sandbox(tmp_path)
+    fake_apptainer.install(box.bin)
+    image = tmp_path / "img.sif"
+    fake_apptainer.make_sif(image, {})
+    args = ["exec", "--runtime", runtime, "--dry-run", "--no-launch", str(image), "--", "true"]
+    modules = ctrain_modules_after(args, box.env)
+    adapters = [m for m in modules if m.startswith("ctrain.container.")]
+    assert sorted(adapters) == sorted(
+        ["ctrain.container.planner", "ctrain.container.runtimes", "ctrain.container.spec"]
+        + ["ctrain.container.versions", f"ctrain.container.{runtime}"]
+    )
+    assert [m for m in modules if m.startswith("ctrain.images.")] == ["ctrain.images.resolve"]
 
 
 def test_version_imports_only_the_root() -> None:

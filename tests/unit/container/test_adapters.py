@@ -11,11 +11,11 @@ import pytest
 
 from ctrain.container.apptainer import Apptainer
 from ctrain.container.runtimes import (
-    RUNTIMES,
     Invocation,
     Request,
     choose_runtime,
     plan_invocation,
+    runtime_named,
 )
 from ctrain.container.versions import RuntimeVersion, installed_version, parse_version
 from ctrain.errors import CtrainError
@@ -155,7 +155,7 @@ def test_the_host_runtime_looks_for_no_program() -> None:
     def nothing_on_path(name: str) -> str | None:
         raise AssertionError(f"looked for {name}")
 
-    assert choose_runtime("host", nothing_on_path) == (RUNTIMES["host"], "")
+    assert choose_runtime("host", nothing_on_path) == (runtime_named("host"), "")
 
 
 def test_the_invocation_names_the_runtime_found(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.charliecloud import Charliecloud, inside, parse_image_env
-from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
 from ctrain.container.spec import Bind, Overlay, RunSpec
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
@@ -153,7 +153,7 @@ def test_auto_tries_charliecloud_after_apptainer_before_docker(
     present: set[str], expected: str
 ) -> None:
     runtime, program = choose_runtime("auto", lambda n: f"/bin/{n}" if n in present else None)
-    assert runtime is RUNTIMES[expected]
+    assert runtime is runtime_named(expected)
     if expected == "charliecloud":
         assert program == "/bin/ch-run"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.pyxis import enroot_image, env_names, mounts_value
-from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
 from ctrain.container.spec import Bind
 from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import CtrainError, SpecError
@@ -148,7 +148,7 @@ def test_the_batch_step_may_start_a_step(tmp_path: Path) -> None:
 
 def test_pyxis_is_srun_and_never_auto() -> None:
     runtime, program = choose_runtime("pyxis", lambda n: f"/bin/{n}" if n == "srun" else None)
-    assert runtime is RUNTIMES["pyxis"] and program == "/bin/srun"
+    assert runtime is runtime_named("pyxis") and program == "/bin/srun"
     with pytest.raises(CtrainError, match="looked for srun"):
         choose_runtime("pyxis", lambda n: None)
     with pytest.raises(CtrainError, match="no container runtime"):

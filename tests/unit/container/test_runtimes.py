@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.docker import mount
-from ctrain.container.runtimes import RUNTIMES, Request, choose_runtime, plan_invocation
+from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
 from ctrain.container.spec import Bind, parse_bind, parse_env_file
 from ctrain.container.versions import RuntimeVersion, parse_version
 from ctrain.errors import CtrainError, SpecError
@@ -240,7 +240,7 @@ def test_env_file() -> None:
 )
 def test_choose_runtime(requested: str, present: set[str], expected: str) -> None:
     runtime, _ = choose_runtime(requested, lambda n: f"/bin/{n}" if n in present else None)
-    assert runtime is RUNTIMES[expected]
+    assert runtime is runtime_named(expected)
 
 
 def test_no_runtime_found_suggests_host() -> None:
