@@ -1,14 +1,16 @@
 """`ctrain exec` on Apptainer against `apptainer exec` on the same SIF, and where the difference
-goes: `ctrain exec --dry-run` (ctrain's own part: Python, its imports and the plan, no container),
-`python -c "import click"` (the floor of any Click program) and `apptainer --version` (the probe
-ctrain makes once per apptainer file, then reads from its cache).
+goes: `python -c pass` (the interpreter), `python -c "import click"` (the floor of any Click
+program), `ctrain --version` (that and ctrain's root command), `ctrain exec --dry-run` (ctrain's
+whole part: its imports and the plan, no container) and `apptainer --version` (the probe ctrain
+makes once per apptainer file, then reads from its cache).
 
     .venv/bin/python benchmarks/apptainer_exec.py [--reps 15] [--sif IMAGE.sif]
                                                   (in `make bench`: section apptainer)
 
 The `true` rows run a SIF of busybox alone, built here from Debian's /bin/busybox (a few
-seconds). The `python3 -c pass` rows need a SIF with Python and ctrain: --sif, else the CPU
-image's SIF from `make sif FLAVOUR=cpu` when it is there; without one they are left out. The
+seconds). The rows on the full image (`true` and `python3 -c pass` in it) need a SIF with Python
+and ctrain: --sif, else the CPU image's SIF from `make sif FLAVOUR=cpu` when it is there; without
+one they are left out. The
 runs are interleaved, one of each per round after one warm-up round (it also fills ctrain's
 version cache), so a busy machine slows all of them alike. For each: the median, quartiles,
 min and max in milliseconds; the ratios are of medians. Goal: `ctrain exec --no-launch` at most
@@ -34,9 +36,15 @@ BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (make system)
 APPLETS = ("sh", "true")
 APPTAINER_TRUE = "apptainer exec IMG true"
 CTRAIN_TRUE = "ctrain exec --no-launch IMG -- true"
-APPTAINER_PY = "apptainer exec IMG python3 -c pass"
-CTRAIN_PY = "ctrain exec IMG -- python3 -c pass (ctrain launch inside)"
-RATIOS = ((CTRAIN_TRUE, APPTAINER_TRUE), (CTRAIN_PY, APPTAINER_PY))
+APPTAINER_FULL_TRUE = "apptainer exec FULL true"
+CTRAIN_FULL_TRUE = "ctrain exec --no-launch FULL -- true"
+APPTAINER_PY = "apptainer exec FULL python3 -c pass"
+CTRAIN_PY = "ctrain exec FULL -- python3 -c pass (ctrain launch inside)"
+RATIOS = (
+    (CTRAIN_TRUE, APPTAINER_TRUE),
+    (CTRAIN_FULL_TRUE, APPTAINER_FULL_TRUE),
+    (CTRAIN_PY, APPTAINER_PY),
+)
 
 
 def busybox_sif(apptainer: str, work: Path) -> Path:
@@ -63,7 +71,9 @@ def python_sif(requested: str | None) -> Path | None:
 def commands(apptainer: str, tiny: Path, full: Path | None) -> dict[str, list[str]]:
     exec_ = [CTRAIN, "exec", "--runtime", "apptainer"]
     found = {
+        "python -c pass": [PYTHON, "-c", "pass"],
         'python -c "import click"': [PYTHON, "-c", "import click"],
+        "ctrain --version": [CTRAIN, "--version"],
         "apptainer --version": [apptainer, "--version"],
         "ctrain exec --dry-run --no-launch IMG -- true": [
             *exec_,
@@ -77,6 +87,8 @@ def commands(apptainer: str, tiny: Path, full: Path | None) -> dict[str, list[st
         CTRAIN_TRUE: [*exec_, "--no-launch", str(tiny), "--", "true"],
     }
     if full is not None:
+        found[APPTAINER_FULL_TRUE] = [apptainer, "exec", str(full), "true"]
+        found[CTRAIN_FULL_TRUE] = [*exec_, "--no-launch", str(full), "--", "true"]
         found[APPTAINER_PY] = [apptainer, "exec", str(full), "python3", "-c", "pass"]
         found[CTRAIN_PY] = [*exec_, str(full), "--", "python3", "-c", "pass"]
     return found
@@ -105,7 +117,7 @@ def apptainer_exec(reps: int, work: Path, sif: str | None = None) -> dict[str, A
     ]
     note = None
     if full is None:
-        note = "no SIF with Python and ctrain (make sif FLAVOUR=cpu, or --sif): no python rows"
+        note = "no SIF with Python and ctrain (make sif FLAVOUR=cpu, or --sif): no FULL rows"
     return {
         "reps": reps,
         "goal": GOAL,
@@ -123,7 +135,7 @@ def apptainer_table(section: dict[str, Any]) -> str:
         f"`ctrain exec` on Apptainer against `apptainer exec` on the same SIF, "
         f"{section['reps']} interleaved runs of each (goal: at most {section['goal']}x with "
         "`--no-launch`); IMG is busybox alone for `true`"
-        + (f", `{section['image']}` for `python3`" if section["image"] else "")
+        + (f", FULL is `{section['image']}`" if section["image"] else "")
         + ":",
         "",
         "| command | median | quartiles | min - max |",
