@@ -26,21 +26,25 @@ Modelled (facts file sections in brackets):
   keeps TERM and the proxies, LANG=C; the image's OCI Env (PATH forced, the rest only where
   unset), %environment, LD_LIBRARY_PATH + /.singularity.d/libs; <PREFIX>ENV_* and --env
   (pflag map rules) double-quoted with only ``"`` escaped, so ``$``, backticks and ``\\`` are
-  evaluated and a trailing ``\\`` stops the start, single-quoted with --no-eval; _PATH,
-  _PREPEND_PATH, _APPEND_PATH; HOME refused; INFO per SINGULARITYENV_ under Apptainer;
+  evaluated and a trailing ``\\`` empties every injected variable (the command still runs,
+  as the real 1.4.5 does), single-quoted with --no-eval; _PATH,
+  _PREPEND_PATH, _APPEND_PATH; HOME refused; INFO per SINGULARITYENV_ under Apptainer (two
+  WARNINGs beside a different APPTAINERENV_ one, nothing beside an equal one);
   --env-file sourced, repeatable from 1.4; APPTAINER_CONTAINER and _NAME set), then execs it
   (not found: FATAL, 255); cwd = --cwd (fatal if missing) or the host cwd (else $HOME with a
   WARNING); --bind lists (missing source fatal; a bind the host cannot see, destination
   differs or read-only, gets a real bind mount inside ``unshare --mount`` when root, else
   FATAL); --overlay: one writable at most, not with --writable-tmpfs, ext3 checked (dumpe2fs
   -h), fcntl write lock (rw) or read lock (:ro) held while the command runs; signals
-  forwarded; status = the command's, 128+N for signal N;
+  forwarded; status = the command's, and a command killed by signal N kills the stand-in
+  with N (the real 1.4.5 re-raises it; the facts file says exit 128+N);
   run: ENTRYPOINT + (args or CMD); shell: --shell or /bin/sh;
 - [remote IMAGE] docker://127.0.0.1:PORT/ and localhost:PORT/ fetched for real (manifest, then
   config: Env, Entrypoint, Cmd) over plain HTTP with --no-https only, else the real binary's
   FATAL "server gave HTTP response to HTTPS client"; other registries modelled; the manifest
-  digest is asked for before the cache (cache/oci-tmp/<digest>) is read; ``docker-daemon://``
-  refused;
+  digest is asked for before the cache (cache/oci-tmp/<that digest>; the real one names its
+  entries by another hash and keeps blobs in cache/blob: ctrain reads neither) is read;
+  ``docker-daemon://`` refused;
 - [pull] [DEST] URI, --dir, --name, --force, "Image file already exists"; --disable-cache
   writes DEST directly, otherwise the cache entry is copied through DEST_DIR/tmp-copy-* and a
   rename; build-temp-* in APPTAINER_TMPDIR (or --tmpdir, $TMPDIR, /tmp) removed on exit and on

@@ -134,8 +134,8 @@ def action(verb: str, args: list[str], environ: dict[str, str], who: Identity, c
 
 def run(argv: list[str], env: dict[str, str], cwd: str, container: dict[str, object],
         call: Call) -> int:  # fmt: skip
-    """Start the command, log what it got, forward signals, return its status (128+N when
-    signal N killed it, 255 when the start-up script failed)."""
+    """Start the command, log what it got, forward signals, return its status (-N when signal N
+    killed it: the caller dies of N too)."""
     children: list[subprocess.Popen[bytes]] = []
 
     def forward(number: int, _frame: object) -> None:
@@ -160,4 +160,4 @@ def run(argv: list[str], env: dict[str, str], cwd: str, container: dict[str, obj
     status = child.wait()
     if not got:
         raise Fatal("container creation failed: the environment script did not run")
-    return 128 - status if status < 0 else status
+    return status

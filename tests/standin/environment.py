@@ -20,6 +20,8 @@ DROPPED = ("HOME", "PATH", "LD_LIBRARY_PATH")  # never passed from the host
 OWN = ("APPTAINER", "SINGULARITY")  # the program's own variables, never passed
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LIBS = "/.singularity.d/libs"
+# what the real 1.4.5 prints when its injection script does not parse (line and column left out)
+INJECT_BROKEN = 'source: /.inject-apptainer-env.sh: reached EOF without closing quote "'
 FIND_COMMAND = (  # as Go's exec.LookPath: an executable file on PATH, shell builtins do not count
     'case "$1" in */*) [ -x "$1" ] ;; *) __sf=; IFS=:',
     '  for __sd in $PATH; do [ -f "$__sd/$1" ] && [ -x "$__sd/$1" ] && __sf=1 && break; done',
@@ -79,6 +81,21 @@ def env_pairs(text: str) -> list[tuple[str, str]]:
     return [(key, value) for key, _, value in (field.partition("=") for field in fields)]
 
 
+def legacy_env(key: str, value: str, preferred: str, environ: dict[str, str]) -> None:
+    """What Apptainer says of a SINGULARITYENV_ variable (the real 1.4.5's lines, measured):
+    an INFO when alone, nothing beside an equal APPTAINERENV_ one, two WARNINGs beside a
+    different one (which wins)."""
+    other = environ.get(preferred)
+    if other is None:
+        say = f"Environment variable {key} is set, but {preferred} is preferred"
+        print(f"INFO:    {say}", file=sys.stderr)
+    elif other != value:
+        name = preferred.removeprefix("APPTAINERENV_")
+        print(f"WARNING: {key} and {preferred} have different values, using the latter\n"
+              f"WARNING: Skipping environment variable [{key}={value}], {name} is already "
+              f"overridden with different value [{other}]", file=sys.stderr)  # fmt: skip
+
+
 def requested(who: Identity, environ: dict[str, str], flags: Flags) -> dict[str, str]:
     """The variables to inject, by name: <PREFIX>ENV_*, then --env (which wins)."""
     injected: dict[str, str] = {}
@@ -87,8 +104,7 @@ def requested(who: Identity, environ: dict[str, str], flags: Flags) -> dict[str,
             if key.startswith(prefix) and key != prefix:
                 name = key[len(prefix) :]
                 if prefix == "SINGULARITYENV_" and not who.ce:
-                    preferred = f"Environment variable {key} is set, but APPTAINERENV_{name}"
-                    print(f"INFO:    {preferred} is preferred", file=sys.stderr)
+                    legacy_env(key, value, f"APPTAINERENV_{name}", environ)
                 injected[name] = value
     for text in values(flags, "--env"):
         injected |= dict(env_pairs(text))
@@ -103,19 +119,32 @@ def requested(who: Identity, environ: dict[str, str], flags: Flags) -> dict[str,
 
 
 def injection_script(injected: dict[str, str], env_files: list[str], no_eval: bool) -> list[str]:
+    """The --env-file files sourced, then the injected variables as Apptainer's
+    /.inject-apptainer-env.sh: when that script does not parse (an evaluated value ending in
+    ``\\``), none of its variables is set, an error is printed and the command still runs (the
+    real 1.4.5, measured by tests/integration/test_standin_differential.py)."""
     lines = [f"set -a; . {literal(path)}; set +a" for path in env_files]
     special = {k: injected.pop(k) for k in ("PATH", "PREPEND_PATH", "APPEND_PATH") if k in injected}
+    inject = []
     for key, value in injected.items():
         if key == "LD_LIBRARY_PATH":
             value += ":" + LIBS
-        lines.append(f"export {key}={injected_quote(value, no_eval)}")
+        inject.append(f"export {key}={injected_quote(value, no_eval)}")
     if "PATH" in special:
-        lines.append(f"export PATH={injected_quote(special['PATH'], no_eval)}")
+        inject.append(f"export PATH={injected_quote(special['PATH'], no_eval)}")
     if "PREPEND_PATH" in special:
-        lines.append(f'export PATH={injected_quote(special["PREPEND_PATH"], no_eval)}:"$PATH"')
+        inject.append(f'export PATH={injected_quote(special["PREPEND_PATH"], no_eval)}:"$PATH"')
     if "APPEND_PATH" in special:
-        lines.append(f'export PATH="$PATH":{injected_quote(special["APPEND_PATH"], no_eval)}')
-    return lines
+        inject.append(f'export PATH="$PATH":{injected_quote(special["APPEND_PATH"], no_eval)}')
+    if not inject:
+        return lines
+    return [
+        *lines,
+        f"standin_inject={literal(chr(10).join(inject))}",
+        'if /bin/sh -n -c "$standin_inject" 2>/dev/null; then eval "$standin_inject"; else',
+        f"  echo {literal(INJECT_BROKEN)} >&2; fi",
+        "unset standin_inject",
+    ]
 
 
 def runtime_vars(who: Identity, image: str) -> list[str]:

@@ -4,6 +4,8 @@ command line."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -47,7 +49,7 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
     for warning in who.conflicts(environ):
         print(warning, file=sys.stderr)
     try:
-        return dispatch(argv[1:], environ, who, call)
+        status = dispatch(argv[1:], environ, who, call)
     except Usage as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -56,3 +58,8 @@ def main(argv: list[str], environ: dict[str, str]) -> int:
         return 255
     finally:
         call.write()
+    if status < 0:  # the command died of signal -status, and so does Apptainer (1.4.5, measured)
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        return 128 - status  # a signal whose default is to be ignored
+    return status
