@@ -517,6 +517,59 @@ def test_an_overlay_takes_a_write_then_many_readers_and_locks_as_apptainer_does(
     assert [out for out, _ in outs] == ["v1\n", "v1\n"]
 
 
+def holding(overlay: str, busybox: Path, tmp_path: Path, via_ctrain: bool) -> subprocess.Popen[str]:
+    """A container on ``overlay`` (``:ro`` or not), started by ctrain or by apptainer itself,
+    running until its stdin closes; returned once it runs."""
+    program = [*EXEC, "--overlay", overlay, str(busybox), "--"] if via_ctrain else [
+        "apptainer", "exec", "--overlay", overlay, str(busybox)
+    ]  # fmt: skip
+    running = subprocess.Popen(
+        [*program, "sh", "-c", "echo running; read -r _"],
+        env=clean_env(),
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert running.stdout is not None and running.stdout.readline() == "running\n"
+    return running
+
+
+@pytest.mark.parametrize(
+    ("held", "by_ctrain", "asked", "refusal"),
+    [
+        ("", True, ":ro", "is in use read-write by"),
+        (":ro", False, "", "is in use read-only by"),
+        (":ro", True, ":ro", None),
+    ],
+    ids=["a reader while ctrain runs a writer", "a writer while apptainer has a reader", "readers"],
+)
+def test_an_overlay_in_use_is_refused_before_launch_as_apptainer_would(
+    held: str, by_ctrain: bool, asked: str, refusal: str | None, busybox: Path, tmp_path: Path
+) -> None:
+    """ctrain reads the overlay's lock before it execs Apptainer: what Apptainer would refuse
+    (exit 255 and its locking message) is refused first, in one line with the fix (exit 4);
+    readers share."""
+    overlay = tmp_path / "o.img"
+    made = ctrain("overlay", "create", str(overlay), "--size", "64M", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    holder = holding(f"{overlay}{held}", busybox, tmp_path, by_ctrain)
+    try:
+        done = exec_(
+            "--overlay", f"{overlay}{asked}", str(busybox), "--", "sh", "-c", ":", cwd=tmp_path
+        )
+    finally:
+        holder.communicate("\n", timeout=TIMEOUT)
+    assert holder.returncode == 0
+    if refusal is None:
+        assert done.returncode == 0, done.stderr
+        return
+    line = done.stderr.strip()
+    assert done.returncode == 4 and "\n" not in line, done.stderr
+    assert line.startswith(f"ctrain: error: overlay {overlay} {refusal} ") and " Fix: " in line
+
+
 # ---- as the unprivileged user ----------------------------------------------------------------
 
 
