@@ -397,6 +397,9 @@ def test_working_directory_exit_code_and_sigterm(busybox: Path, tmp_path: Path) 
     here.mkdir()
     done = exec_(str(busybox), "--", "sh", "-c", "pwd; exit 7", cwd=here)
     assert (done.returncode, done.stdout) == (7, f"{here}\n"), done.stderr
+    missing = tmp_path / "nowhere"  # asked for (--cwd), a failed chdir is Apptainer's fatal error
+    asked = exec_("--cwd", str(missing), str(busybox), "--", "sh", "-c", "pwd", cwd=here)
+    assert asked.returncode == 255 and str(missing) in asked.stderr, asked.stderr
     script = 'trap "echo got-term; exit 42" TERM; echo ready; while :; do sleep 0.2; done'
     proc = subprocess.Popen(
         [
