@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import pull, sif
+from ctrain.images import refs, sif
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import REGISTRY, need, registry_up
 
@@ -177,7 +177,7 @@ def first(remote_image: str, shared: Shared, jobs: list[str]) -> FirstJob:
     workdir = shared.workdir("first")
     out = run_job("multiworker", workdir, shared.env(remote_image), jobs)
     ref = remote_image  # oras:// is the form apptainer pull takes as it is
-    return FirstJob(workdir, out, shared.cache / sif.IMAGES_DIR / pull.image_filename(ref))
+    return FirstJob(workdir, out, shared.cache / sif.IMAGES_DIR / refs.image_filename(ref))
 
 
 def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(

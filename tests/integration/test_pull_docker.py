@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import pull, sif
+from ctrain.images import refs, sif
 from tests.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
 
 from .images import BUSYBOX, busybox_tar
@@ -88,7 +88,7 @@ def present(ref: str) -> bool:
 
 
 def record_of(cache: Path, ref: str) -> Path:
-    return cache / "docker" / f"{pull.safe_name(ref)}.json"
+    return cache / "docker" / f"{refs.safe_name(ref)}.json"
 
 
 def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
@@ -175,4 +175,4 @@ def test_docker_pull_needs_no_scratch_cache(fresh: tuple[str, str], tmp_path: Pa
         env.pop(key, None)
     done = run_ctrain("pull", ref, env=env, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
-    assert list(home.rglob(f"{pull.safe_name(ref)}.json"))
+    assert list(home.rglob(f"{refs.safe_name(ref)}.json"))

@@ -10,7 +10,7 @@ from ctrain.container.apptainer import Apptainer
 from ctrain.container.spec import SpecError
 from ctrain.errors import ConfigError, LaunchError
 from ctrain.images.build import BuildRequest, check_request
-from ctrain.images.pull import check_ref
+from ctrain.images.refs import check_ref
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
 from ctrain.names import (

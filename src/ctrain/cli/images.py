@@ -314,7 +314,7 @@ def push(image: str, target: str | None, if_present: bool, **flags: str | None) 
     digest the registry gave it. Docker only (with podman: podman push).
     """
     from ctrain.images import docker_api
-    from ctrain.images.pull import check_ref
+    from ctrain.images.refs import check_ref
 
     s = settings_from(flags)
     source, dest = (check_ref(ref, DOCKER) for ref in (image, target or image))

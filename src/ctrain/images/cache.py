@@ -31,7 +31,6 @@ from typing import Any
 from ctrain.errors import ConfigError
 from ctrain.images import sif
 from ctrain.images.cachedir import CacheChoice, in_use_lock
-from ctrain.images.charliecloud import CH_DIR
 from ctrain.util import locks
 from ctrain.util.fs import human
 
@@ -197,7 +196,7 @@ def _files(root: Path) -> Iterator[Path]:
         dirs.sort()
         for name in sorted(files):
             yield Path(directory) / name
-        whole = Path(directory) == root / CH_DIR  # each image directory is one entry
+        whole = Path(directory) == root / sif.CH_DIR  # each image directory is one entry
         for name in dirs:  # symlinks to directories are removed as links, never followed
             if whole or (Path(directory) / name).is_symlink():
                 yield Path(directory) / name

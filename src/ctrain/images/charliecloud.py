@@ -13,12 +13,12 @@ Two sources, unpacked by Charliecloud's own ``ch-convert`` (found beside ``ch-ru
   serve it (push the image to the Docker daemon and use ``docker-daemon://``).
 
 The directory is written under ``.<name>.pull-<token>`` beside the target and renamed into
-place, under ``flock(<target>.lock)``: concurrent pulls of one image wait for the first, then
-reuse it. A record ``<target>.json`` (``images.sif``'s sidecar) is written after the rename and
-removed before a replacement; a target whose record names the same reference is reused with
-nothing converted. The tarball and ch-convert's own temporary space are node-local
-(``cachedir.build_tmpdir``). A pull killed at any moment leaves the previous image and record
-as they were; the next pull removes its leftovers.
+place by the pull steps every store shares (images.store): concurrent pulls of one image wait
+for the first, then reuse it; its record ``<target>.json`` (``images.sif``'s sidecar) is written
+under the lock after the rename and removed before a replacement; a target whose record names
+the same reference is reused with nothing converted. The tarball and ch-convert's own temporary
+space are node-local (``cachedir.build_tmpdir``); the leftovers of an interrupted pull are
+removed from both.
 """
 
 from __future__ import annotations
@@ -30,12 +30,20 @@ from pathlib import Path
 from ctrain.container.charliecloud import ENV_FILE
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import cachedir
-from ctrain.images.pull import TEMP_TAG, PullPlan, PullResult, pull_lock, safe_name
-from ctrain.images.sif import Sidecar, lock_of, new_sidecar, read_sidecar, sidecar_of
+from ctrain.images.refs import safe_name
+from ctrain.images.sif import (
+    CH_DIR,
+    Action,
+    Sidecar,
+    lock_of,
+    new_sidecar,
+    read_sidecar,
+    sidecar_of,
+)
+from ctrain.images.store import UNTOUCHED, FileStore, PullPlan, Say
 from ctrain.names import CHARLIECLOUD, split_reference
 from ctrain.util import fs, proc
 
-CH_DIR = "charliecloud"  # image directories in the cache
 STORAGE = "storage"  # ch-image's storage directory, under CH_DIR
 CONVERT_TIMEOUT = None  # a large image on a busy node takes as long as it takes
 SOURCES = {
@@ -53,22 +61,6 @@ def source_of(ref: str) -> tuple[str, str]:
             "use docker-daemon://NAME:TAG (the Docker daemon's image) or docker://REPO:TAG",
         )
     return SOURCES[split[0]], split[1]
-
-
-def plan_pull(
-    ref: str, program: str, output: str | None, cache_root: Path, force: bool
-) -> PullPlan:
-    """Where the image directory goes: ``CACHE/charliecloud/<name>``; ``program`` is ch-run."""
-    if output is not None:
-        raise ConfigError(
-            f"-o/--output: {CHARLIECLOUD} images go to the cache (CACHE/{CH_DIR}/NAME)",
-            "drop -o; choose the cache with --cache-dir (CTRAIN_CACHE_DIR)",
-        )
-    fmt, name = source_of(ref)
-    checked = f"{'docker-daemon' if fmt == 'docker' else 'docker'}://{name}"
-    target = cache_root / CH_DIR / safe_name(checked)
-    record = sidecar_of(target)
-    return PullPlan(checked, CHARLIECLOUD, program, target, record, lock_of(target), True, force)
 
 
 def convert_argv(program: str, fmt: str, source: str, temp: Path, tmpdir: Path) -> list[str]:
@@ -103,75 +95,77 @@ def is_recorded(sidecar: Sidecar | None, plan: PullPlan, is_dir: bool) -> bool:
     )
 
 
-def recorded(plan: PullPlan) -> bool:
-    assert plan.target is not None
-    return is_recorded(read_sidecar(plan.record), plan, plan.target.is_dir())
+class CharliecloudStore(FileStore):
+    space_fix = "free some space, or choose another --cache-dir"
+    flush = False  # thousands of files, not flushed one by one: the rename is what is atomic
 
+    def plan(
+        self,
+        ref: str,
+        runtime: str,
+        program: str,
+        output: str | None,
+        cache_root: Path,
+        force: bool,
+        is_dir: Callable[[Path], bool],
+    ) -> PullPlan:
+        """Where the image directory goes: ``CACHE/charliecloud/<name>``; ``program`` is
+        ch-run."""
+        if output is not None:
+            raise ConfigError(
+                f"-o/--output: {CHARLIECLOUD} images go to the cache (CACHE/{CH_DIR}/NAME)",
+                "drop -o; choose the cache with --cache-dir (CTRAIN_CACHE_DIR)",
+            )
+        fmt, name = source_of(ref)
+        checked = f"{'docker-daemon' if fmt == 'docker' else 'docker'}://{name}"
+        target = cache_root / CH_DIR / safe_name(checked)
+        record, lock = sidecar_of(target), lock_of(target)
+        return PullPlan(checked, CHARLIECLOUD, program, target, record, lock, True, force)
 
-def pull(
-    plan: PullPlan,
-    cache: cachedir.CacheChoice,
-    environ: Mapping[str, str],
-    min_free_gb: int,
-    say: Callable[[str], None],
-    *,
-    tmpdir: Path | None = None,
-) -> PullResult:
-    """Pull ``plan`` (the image directory), or reuse it when recorded; progress to ``say``."""
-    target = plan.target
-    assert target is not None
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with pull_lock(plan, str(target), environ, say):
-        temp_space = tmpdir or cachedir.node_local_tmp(environ)
-        prefix = fs.temp_prefix(target, TEMP_TAG)  # the directory beside it, the tarball there
-        for leftover in [
-            *fs.remove_leftovers(target.parent, prefix),
-            *fs.remove_leftovers(temp_space, prefix),
-        ]:
-            say(f"removed {leftover}, left by an interrupted pull")
+    def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
+        return storage_env(plan.target) if plan.target is not None else {}
+
+    def decision(self, plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
         sidecar = read_sidecar(plan.record)
-        if not plan.force and sidecar is not None and is_recorded(sidecar, plan, target.is_dir()):
-            return PullResult(str(target), False, sidecar, "up to date")
-        fs.check_free(target.parent, min_free_gb)
-        cachedir.check_tmpdir(temp_space, min_free_gb)
-        reason = "--force" if plan.force else "not present" if sidecar is None else "replaced"
-        say(f"converting {plan.ref} into {target} with ch-convert ({reason})")
-        with cachedir.in_use(cache):
-            _convert(plan, target, {**environ, **storage_env(target)}, temp_space)
-        # Recorded while the lock is held: a pull waiting on it then finds the record.
-        new = new_sidecar(plan.ref, CHARLIECLOUD, None, target=str(target))
-        fs.write_text(plan.record, new.to_json())
-    return PullResult(str(target), True, new, reason)
+        if plan.force:
+            return sidecar, "pull", "--force"
+        if is_recorded(sidecar, plan, target.is_dir()):
+            return sidecar, "reuse", "up to date"
+        return sidecar, "pull", "not present" if sidecar is None else "replaced"
 
+    def starting(self, plan: PullPlan, target: Path, reason: str) -> str:
+        return f"converting {plan.ref} into {target} with ch-convert ({reason})"
 
-def _convert(plan: PullPlan, target: Path, env: Mapping[str, str], tmpdir: Path) -> None:
-    """Fetch and convert into a temporary directory, then rename it over ``target``."""
-    temp = fs.temp_beside(target, TEMP_TAG)
-    old = fs.temp_beside(target, TEMP_TAG)  # the previous image, moved aside for the rename
-    untouched = "the previous image is untouched"
-    fix = f"check the reference and that the image exists; {untouched}"
-    try:
+    def swept(self, target: Path, temp_space: Path) -> tuple[Path, ...]:
+        return (target.parent, temp_space)  # the directory beside it, the tarball there
+
+    def fetch(
+        self,
+        plan: PullPlan,
+        temp: Path,
+        cache: cachedir.CacheChoice,
+        environ: Mapping[str, str],
+        temp_space: Path,
+        echo: Say,
+    ) -> None:
+        """Fetch and convert into the directory ``temp``."""
+        assert plan.target is not None  # planned by this store
+        env = {**environ, **storage_env(plan.target)}
+        fix = f"check the reference and that the image exists; {UNTOUCHED}"
         fmt, name = source_of(plan.ref)
         fetch = fetch_argv(plan.program, plan.ref)
         if fetch is None:
-            _from_docker(plan.program, name, temp, env, tmpdir, fix)
+            _from_docker(plan.program, name, temp, env, temp_space, fix)
         else:
             proc.check(fetch, env, CONVERT_TIMEOUT, what=f"ch-image pull {plan.ref}", fix=fix)
-            argv = convert_argv(plan.program, fmt, name, temp, tmpdir)
+            argv = convert_argv(plan.program, fmt, name, temp, temp_space)
             proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {plan.ref}", fix=fix)
         if not (temp / "bin").exists():
             raise ExternalToolError(f"ch-convert wrote no image into {temp}", fix)
-        plan.record.unlink(missing_ok=True)  # no record ever describes a directory it is not
         os.utime(temp)  # its age in the cache (cache clean) is the pull's, not the image's
-        if target.exists():
-            os.rename(target, old)
-        os.rename(temp, target)
-        fs.fsync_dir(target.parent)
-    except OSError as exc:
-        raise fs.write_error(exc, target, "free some space, or choose another --cache-dir") from exc
-    finally:
-        fs.remove(temp)
-        fs.remove(old)
+
+    def record(self, plan: PullPlan, target: Path, size: int | None) -> Sidecar:
+        return new_sidecar(plan.ref, CHARLIECLOUD, None, target=str(target))
 
 
 def _from_docker(

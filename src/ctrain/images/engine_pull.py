@@ -1,15 +1,17 @@
-"""A pull into an engine's store (``ctrain pull --runtime docker|podman``), under the lock
-``images.pull`` holds: docker through its API (``images.docker_api``, the layers' progress to
-the caller), podman through its CLI (``podman pull``, ``podman image inspect``). The image
-lives in the engine; ctrain keeps a sidecar record in ``CACHE/docker/``, and a pull whose
-record names the image the engine holds downloads nothing.
+"""The engine store (``ctrain pull --runtime docker|podman``): the image goes to the engine's own
+store, under the lock of images.store (signals raised as errors): docker through its API
+(``images.docker_api``, the layers' progress to the caller), podman through its CLI (``podman
+pull``, ``podman image inspect``). ctrain keeps a sidecar record in ``CACHE/docker/``, and a pull
+whose record names the image the engine holds downloads nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from ctrain.errors import ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.images import cachedir
 from ctrain.images.engine import (
     EngineImage,
     engine_inspect_argv,
@@ -18,17 +20,70 @@ from ctrain.images.engine import (
     pull_outcome,
     pulled_digest,
 )
-from ctrain.images.pull import INSPECT_TIMEOUT, PULL_TIMEOUT, PullPlan, PullResult
-from ctrain.images.sif import new_sidecar, read_sidecar
+from ctrain.images.refs import check_ref, safe_name
+from ctrain.images.sif import ENGINE_DIR, new_sidecar, read_sidecar
+from ctrain.images.store import (
+    INSPECT_TIMEOUT,
+    PULL_TIMEOUT,
+    PullPlan,
+    PullResult,
+    Say,
+    Show,
+    pull_lock,
+)
 from ctrain.names import DOCKER
 from ctrain.util import fs, proc
-from ctrain.util.progress import Event
 
-OnEvent = Callable[[Event], None]
+
+class EngineStore:
+    def plan(
+        self,
+        ref: str,
+        runtime: str,
+        program: str,
+        output: str | None,
+        cache_root: Path,
+        force: bool,
+        is_dir: Callable[[Path], bool],
+    ) -> PullPlan:
+        """No file: the engine keeps the image; the record goes to ``CACHE/docker/``."""
+        checked = check_ref(ref, runtime)
+        if output is not None:
+            raise ConfigError(
+                f"-o/--output has no meaning for {runtime}: images live in its own store",
+                "drop -o, or pull a SIF file with --runtime apptainer",
+            )
+        record = cache_root / ENGINE_DIR / f"{safe_name(checked)}.json"
+        lock = record.with_suffix(".lock")
+        return PullPlan(checked, runtime, program, None, record, lock, True, force)
+
+    def recorded(self, plan: PullPlan) -> bool:
+        """Whether ctrain's record names this reference (the engine is not asked)."""
+        sidecar = read_sidecar(plan.record)
+        return sidecar is not None and sidecar.ref == plan.ref
+
+    def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
+        return {}  # the engine pulls; its client needs nothing of ctrain's
+
+    def pull(
+        self,
+        plan: PullPlan,
+        cache: cachedir.CacheChoice,
+        environ: Mapping[str, str],
+        min_free_gb: int,
+        say: Say,
+        *,
+        tmpdir: Path | None = None,
+        show: Show = lambda event: None,
+        echo: Say = lambda line: None,
+    ) -> PullResult:
+        plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with pull_lock(plan, plan.ref, environ, say):
+            return pull_engine(plan, environ, say, show)
 
 
 def pull_engine(
-    plan: PullPlan, environ: Mapping[str, str], say: Callable[[str], None], show: OnEvent
+    plan: PullPlan, environ: Mapping[str, str], say: Callable[[str], None], show: Show
 ) -> PullResult:
     """Pull ``plan.ref`` unless the sidecar says the engine holds it already (or --force)."""
     if plan.runtime == DOCKER:
@@ -64,7 +119,7 @@ Inspect = Callable[[], EngineImage | None]
 Download = Callable[[], str]  # what the pull said (its Digest: and Status: lines)
 
 
-def _docker(plan: PullPlan, environ: Mapping[str, str], show: OnEvent) -> tuple[Inspect, Download]:
+def _docker(plan: PullPlan, environ: Mapping[str, str], show: Show) -> tuple[Inspect, Download]:
     from ctrain.images import docker_api
 
     client = docker_api.connect(environ)

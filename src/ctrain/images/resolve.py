@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Literal
 
 from ctrain.errors import ConfigError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import CACHED_RUNTIMES, CHARLIECLOUD, PYXIS, is_remote
+from ctrain.names import CACHED_RUNTIMES, PYXIS, is_remote
 from ctrain.settings import Resolved
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
-    from ctrain.images.pull import PullPlan
+    from ctrain.images.store import PullPlan
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
 
@@ -72,28 +72,9 @@ class ImageChoice:
         """The variables ctrain adds to the pull's environment (none without a pull)."""
         if self.pull is None or self.cache is None or self.tmpdir is None:
             return {}
-        from ctrain.images import cachedir, charliecloud, pull
+        from ctrain.images.pull import store_of
 
-        if self.pull.runtime == PYXIS:
-            return cachedir.enroot_env(self.cache, self.tmpdir)
-        if self.pull.runtime == CHARLIECLOUD and self.pull.target is not None:
-            return charliecloud.storage_env(self.pull.target)
-        return pull.sif_pull_env(self.cache, self.tmpdir)
-
-
-def recorded(plan: PullPlan) -> bool:
-    """Whether ctrain's record says ``plan``'s target is pulled and whole (no network, no lock:
-    the record is written after the file's atomic rename and removed before a new one)."""
-    from ctrain.images import charliecloud, enroot, sif
-
-    if plan.target is None:
-        return False
-    if plan.runtime == CHARLIECLOUD:
-        return charliecloud.recorded(plan)
-    state = (enroot.target_state if plan.runtime == PYXIS else sif.target_state)(plan.target)
-    sidecar = sif.read_sidecar(plan.record)
-    action, _ = sif.decide(sidecar, plan.ref, state, plan.owned, False, plan.stamp)
-    return action == "reuse"
+        return store_of(self.pull.runtime).pull_env(self.pull, self.cache, self.tmpdir)
 
 
 def choose(
@@ -116,7 +97,7 @@ def choose(
     cache = cachedir.resolve_cache_dir(s, environ)
     plan = pull.plan_pull(image, runtime, program, None, cache.path, False, Path.is_dir)
     count = ranks(environ)
-    decision = decide(runtime, remote, recorded(plan), count)
+    decision = decide(runtime, remote, pull.store_of(runtime).recorded(plan), count)
     if decision == "refuse":
         raise ConfigError(
             f"{image} is not pulled, and each of the {count} ranks of this step would pull it "

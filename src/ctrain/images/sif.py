@@ -25,6 +25,7 @@ from ctrain.names import loopback_registry
 
 IMAGES_DIR = "images"  # pulled SIF files in the cache
 ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
+CH_DIR = "charliecloud"  # Charliecloud image directories in the cache
 
 # The SIF global header (sylabs/sif, pkg/sif): a 32-byte launch line, "SIF_MAGIC\0" at byte 32,
 # a 3-byte version, a 3-byte arch, a 16-byte UUID, then 8 little-endian int64: created, modified,

@@ -176,23 +176,36 @@ def _link_new(temp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic(target: Path, temp: Path | None = None, *, replace: bool = True) -> Iterator[Path]:
+def atomic(
+    target: Path, temp: Path | None = None, *, replace: bool = True, flush: bool = True
+) -> Iterator[Path]:
     """Yield a temporary path (``temp``, default ``temp_beside(target, "tmp")``) for the caller
-    to create a file or directory at; when the block ends normally, flush it, rename it to
-    ``target`` and flush the directory. ``replace=False`` never replaces an existing target
-    (FileExistsError instead). On any exception the temporary path is removed and the target
-    is untouched."""
+    to create a file or directory at; when the block ends normally, flush it (unless not
+    ``flush``), rename it to ``target`` and flush the directory. A directory replaces a
+    directory by moving the old one aside first (``<temp>.old``, removed after). ``replace=False``
+    never replaces an existing target (FileExistsError instead). On any exception the temporary
+    path is removed and the target is untouched."""
     work = temp if temp is not None else temp_beside(target, "tmp")
+    aside = work.with_name(work.name + ".old")
     try:
         yield work
-        fsync_tree(work)
-        if replace:
-            os.replace(work, target)
-        else:
+        if flush:
+            fsync_tree(work)
+        if not replace:
             _link_new(work, target)
+        elif work.is_dir() and target.is_dir() and not target.is_symlink():
+            os.rename(target, aside)
+            try:
+                os.rename(work, target)
+            except OSError:
+                os.rename(aside, target)
+                raise
+        else:
+            os.replace(work, target)
         fsync_dir(target.parent)
     finally:
         remove(work)
+        remove(aside)
 
 
 def write_text(path: Path, text: str) -> None:

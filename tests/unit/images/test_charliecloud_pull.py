@@ -5,6 +5,7 @@ directory). The real ones are tests/integration/test_charliecloud.py's."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import os
 import time
@@ -13,16 +14,17 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError, ExternalToolError
-from ctrain.images import charliecloud, docker_api, pull, resolve
+from ctrain.images import charliecloud, docker_api, pull
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
 from tests.helpers import SYSTEM_PATH
 
 # Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each
-# call.
+# call; takes $SLOW seconds when set.
 FAKE_CONVERT = """#!/bin/sh
 for last; do :; done
 echo "$*" >> "$LOG"
+[ -n "$SLOW" ] && sleep "$SLOW"
 [ -n "$FAIL" ] && { echo "ch-convert: it broke" >&2; exit 1; }
 mkdir -p "$last/bin" "$last/ch" && wc -l < "$LOG" | tr -d ' ' > "$last/made"
 touch -d 2001-01-01 "$last"  # as tar leaves the image's own times
@@ -153,6 +155,15 @@ def test_the_record_is_written_while_the_lock_is_held(
     assert held_at_write == [True]
 
 
+def test_two_pulls_at_once_convert_once(tools: Path, tmp_path: Path) -> None:
+    """The second pull waits on the lock, then finds the first one's record: one conversion."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        pulls = [pool.submit(run_pull, tools, tmp_path, SLOW="1") for _ in range(2)]
+        results = [future.result(timeout=60) for future in pulls]
+    assert sorted(result.downloaded for result in results) == [False, True]
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+
+
 def test_a_conversion_that_writes_no_image_is_the_tools_failure(
     tools: Path, tmp_path: Path
 ) -> None:
@@ -171,9 +182,9 @@ def test_resolve_finds_the_recorded_directory(tools: Path, tmp_path: Path) -> No
         "docker-daemon:img:1", "charliecloud", str(tools), None, cache, False, Path.is_dir
     )
     assert plan.ref == "docker-daemon://img:1"  # both forms name one image
-    assert not resolve.recorded(plan)
+    assert not pull.store_of("charliecloud").recorded(plan)
     run_pull(tools, tmp_path)
-    assert resolve.recorded(plan)
+    assert pull.store_of("charliecloud").recorded(plan)
 
 
 @pytest.mark.parametrize("ref", ["oras://x/y:1", "img:1", "docker-daemon://", "https://x/y"])
@@ -185,7 +196,9 @@ def test_unsupported_references(ref: str) -> None:
 
 def test_output_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="-o/--output"):
-        charliecloud.plan_pull("docker://r/i:1", "/usr/bin/ch-run", "x", tmp_path, False)
+        pull.plan_pull(
+            "docker://r/i:1", "charliecloud", "/usr/bin/ch-run", "x", tmp_path, False, Path.is_dir
+        )
 
 
 def test_registry_pull_goes_through_ch_image_storage(tmp_path: Path) -> None:

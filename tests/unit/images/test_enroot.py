@@ -110,7 +110,9 @@ def test_plan_puts_the_file_in_the_cache() -> None:
 
 def test_plan_refuses_output() -> None:
     with pytest.raises(ConfigError, match="-o/--output is not supported"):
-        enroot.plan_import("docker://a.b/c:1", "/tmp/x.sqsh", CACHE, False)
+        pull.plan_pull(
+            "docker://a.b/c:1", "pyxis", "enroot", "/tmp/x.sqsh", CACHE, False, Path.is_dir
+        )
 
 
 def test_enroot_paths_are_in_the_cache_and_the_node_tmp() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import pull, sif
+from ctrain.images import refs, sif
 from tests import fake_apptainer
 from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
 
@@ -112,7 +112,7 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
 
 def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / pull.image_filename(REF_A)
+    target = fake.cache / "images" / refs.image_filename(REF_A)
     sidecar_before = sif.sidecar_of(target).read_bytes()
 
     again = fake.run(REF_A)
@@ -130,14 +130,14 @@ def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
 def test_ref_defaults_to_the_image_setting(fake: Env) -> None:
     done = fake.run(CTRAIN_IMAGE=REF_B)
     assert done.returncode == 0, done.stderr
-    assert (fake.cache / "images" / pull.image_filename(REF_B)).read_bytes() == content(REF_B)
+    assert (fake.cache / "images" / refs.image_filename(REF_B)).read_bytes() == content(REF_B)
 
 
 def test_output_file_and_directory(fake: Env) -> None:
     (fake.tmp / "out dir").mkdir()
     done = fake.run(REF_A, "-o", "out dir")
     assert done.returncode == 0, done.stderr
-    assert (fake.tmp / "out dir" / pull.image_filename(REF_A)).read_bytes() == content(REF_A)
+    assert (fake.tmp / "out dir" / refs.image_filename(REF_A)).read_bytes() == content(REF_A)
     named = fake.tmp / "out dir" / 'train\'s "image".sif'
     done = fake.run(REF_A, "-o", str(named))
     assert done.returncode == 0, done.stderr
@@ -147,7 +147,7 @@ def test_output_file_and_directory(fake: Env) -> None:
 
 def test_a_damaged_target_is_pulled_again(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / pull.image_filename(REF_A)
+    target = fake.cache / "images" / refs.image_filename(REF_A)
     with target.open("r+b") as handle:
         handle.truncate(5000)
     done = fake.run(REF_A)
@@ -212,7 +212,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
 
     done = fake.run(REF_B, "-o", str(target), "--force")
     assert done.returncode == 0, done.stderr
-    assert f"removed {temp.name}, left by an interrupted pull" in done.stderr
+    assert f"removed {temp}, left by an interrupted pull" in done.stderr
     assert not temp.exists()
     assert not [p for p in fake.tmp.iterdir() if ".pull-" in p.name]
     assert target.read_bytes() == content(REF_B)
@@ -248,7 +248,7 @@ def test_three_concurrent_pulls_download_once(fake: Env) -> None:
     assert outs == ["pulled", "up", "up"]
     waited = [err for _, err in results if "waiting for another pull" in err]
     assert len(waited) == 2 and all("ctrain pull, pid " in err for err in waited)
-    target = fake.cache / "images" / pull.image_filename(REF_A)
+    target = fake.cache / "images" / refs.image_filename(REF_A)
     assert target.read_bytes() == content(REF_A)
     assert not [p for p in target.parent.iterdir() if ".pull-" in p.name]
 
@@ -324,14 +324,14 @@ def test_too_little_free_space_is_refused_before_a_download(fake: Env) -> None:
     lines = done.stderr.strip().splitlines()
     assert "GiB needed" in lines[-1] and "CTRAIN_MIN_FREE_GB" in lines[-1]
     assert fake.calls("pull") == []
-    assert not (fake.cache / "images" / pull.image_filename(REF_A)).exists()
+    assert not (fake.cache / "images" / refs.image_filename(REF_A)).exists()
 
 
 def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
     fake_apptainer.install(fake.tmp / "bin", "singularity")
     done = fake.run(REF_A, "--runtime", "singularity")
     assert done.returncode == 0, done.stderr
-    sidecar = sif.read_sidecar(sif.sidecar_of(fake.cache / "images" / pull.image_filename(REF_A)))
+    sidecar = sif.read_sidecar(sif.sidecar_of(fake.cache / "images" / refs.image_filename(REF_A)))
     assert sidecar is not None and sidecar.runtime == "singularity"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError
-from ctrain.images import engine, pull, sif
+from ctrain.images import engine, pull, refs, sif
 from ctrain.images.sif import Sidecar, TargetState
 from ctrain.util import fs, locks
 
@@ -37,7 +37,7 @@ DIGEST = "sha256:" + "ab" * 32
     ],
 )
 def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
-    assert pull.check_ref(ref, runtime) == expected
+    assert refs.check_ref(ref, runtime) == expected
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
 )
 def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
-        pull.check_ref(ref, runtime)
+        refs.check_ref(ref, runtime)
     assert words in info.value.line()
     assert "\n" not in info.value.line().replace(repr(ref), "")
 
@@ -72,12 +72,12 @@ def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> N
     ],
 )
 def test_image_filename(ref: str, name: str) -> None:
-    assert pull.image_filename(ref) == name
+    assert refs.image_filename(ref) == name
 
 
 def test_long_names_are_shortened_and_stay_distinct() -> None:
-    a = pull.image_filename("docker://r/" + "x" * 300 + ":1")
-    b = pull.image_filename("docker://r/" + "x" * 300 + ":2")
+    a = refs.image_filename("docker://r/" + "x" * 300 + ":1")
+    b = refs.image_filename("docker://r/" + "x" * 300 + ":2")
     assert a != b and len(a) < 130 and a.endswith(".sif")
 
 
@@ -339,7 +339,7 @@ def test_plan_an_archive_by_its_absolute_path_and_stamp(
     ref = written.format(scheme=scheme, name=archive.name)
     plan = pull.plan_pull(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
     assert plan.ref == f"{scheme}:{archive}"  # the form apptainer pull takes
-    assert plan.target == tmp_path / "images" / pull.image_filename(f"{scheme}:{archive}")
+    assert plan.target == tmp_path / "images" / refs.image_filename(f"{scheme}:{archive}")
     info = archive.stat()
     assert plan.stamp == sif.archive_stamp(10, info.st_mtime_ns, info.st_ino)
     other = pull.plan_pull("docker://a/b:1", "apptainer", "a", None, tmp_path, False, Path.is_dir)
@@ -351,8 +351,8 @@ def test_plan_an_archive_that_is_not_here_without_a_stamp(tmp_path: Path) -> Non
     ref = f"docker-archive:{tmp_path / 'gone.tar'}"
     plan = pull.plan_pull(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
     assert (plan.ref, plan.stamp) == (ref, None)
-    assert pull.archive_path(ref) == tmp_path / "gone.tar"
-    assert pull.archive_path("docker://a/b:1") is None
+    assert refs.archive_path(ref) == tmp_path / "gone.tar"
+    assert refs.archive_path("docker://a/b:1") is None
 
 
 @pytest.mark.parametrize(

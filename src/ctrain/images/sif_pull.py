@@ -1,0 +1,161 @@
+"""The SIF store (apptainer, singularity): ``CACHE/images/<name>.sif``, or the file ``-o`` names.
+
+A pull runs ``<runtime> pull --disable-cache`` into the temporary name (stored once, not also in
+Apptainer's cache), checks the SIF header and ``<runtime> inspect``, and is renamed over the
+target by the steps of images.store. Apptainer's own temporary space is a scratch directory in
+the node-local one (``cachedir.build_tmpdir``); SIGTERM/SIGINT/SIGHUP are passed to it and ctrain
+waits while it removes its ``build-temp-*`` (``proc.stream_forwarding``). Whether a target is
+reused, pulled again or refused (a file ``-o`` names that ctrain did not pull), and its record,
+are ``images.sif``'s. An archive (``docker-archive:``, ``oci-archive:``) is pulled again when
+its stamp changes; one no longer there keeps its recorded pull, and a new pull of it is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.images import cachedir
+from ctrain.images.engine import digest_in_ref
+from ctrain.images.refs import archive_path, archive_ref, check_ref, image_filename
+from ctrain.images.sif import (
+    IMAGES_DIR,
+    Action,
+    Sidecar,
+    check_sif,
+    decide,
+    lock_of,
+    new_sidecar,
+    read_sidecar,
+    sidecar_of,
+    sif_inspect_argv,
+    sif_pull_argv,
+    target_state,
+)
+from ctrain.images.store import (
+    INSPECT_TIMEOUT,
+    TAIL_LINES,
+    UNTOUCHED,
+    FileStore,
+    PullPlan,
+    Say,
+    stopped,
+)
+from ctrain.util import fs, proc
+
+
+def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
+    """What ctrain adds to a SIF pull's environment: Apptainer's cache and temporary space."""
+    return {**cachedir.apptainer_env(cache), **cachedir.tmpdir_env(tmpdir)}
+
+
+class SifStore(FileStore):
+    space_fix = "free some space, or pull elsewhere with -o"
+
+    def plan(
+        self,
+        ref: str,
+        runtime: str,
+        program: str,
+        output: str | None,
+        cache_root: Path,
+        force: bool,
+        is_dir: Callable[[Path], bool],
+    ) -> PullPlan:
+        checked, stamp = archive_ref(check_ref(ref, runtime))
+        if output is None:
+            target = cache_root / IMAGES_DIR / image_filename(checked)
+            owned = True
+        else:
+            if not output.strip() or "\n" in output:
+                raise ConfigError(f"-o {output!r} is not a usable path", "give a file or directory")
+            given = Path(output).expanduser().absolute()
+            target = given / image_filename(checked) if is_dir(given) else given
+            if output.endswith(os.sep) and not is_dir(given):
+                raise ConfigError(
+                    f"directory {given} does not exist", f"create it (mkdir -p {given}) or fix -o"
+                )
+            if not is_dir(target.parent):
+                raise ConfigError(
+                    f"directory {target.parent} does not exist",
+                    f"create it (mkdir -p {target.parent}) or choose another -o",
+                )
+            owned = False
+        record, lock = sidecar_of(target), lock_of(target)
+        return PullPlan(checked, runtime, program, target, record, lock, owned, force, stamp)
+
+    def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
+        return sif_pull_env(cache, tmpdir)
+
+    def decision(self, plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
+        sidecar = read_sidecar(plan.record)
+        state = target_state(target)
+        action, reason = decide(sidecar, plan.ref, state, plan.owned, plan.force, plan.stamp)
+        archive = archive_path(plan.ref)
+        if action == "pull" and archive is not None and not archive.is_file():
+            raise ConfigError(
+                f"no archive at {archive} to pull",
+                "give the archive's path (docker save -o FILE.tar IMAGE writes one)",
+            )
+        return sidecar, action, reason
+
+    def starting(self, plan: PullPlan, target: Path, reason: str) -> str:
+        return f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})"
+
+    def fetch(
+        self,
+        plan: PullPlan,
+        temp: Path,
+        cache: cachedir.CacheChoice,
+        environ: Mapping[str, str],
+        temp_space: Path,
+        echo: Say,
+    ) -> int:
+        """Pull into ``temp`` (its output to ``echo``) and check the result; its size."""
+        with fs.scratch(temp_space, cachedir.TOOL_TMP_PREFIX) as scratch:
+            env = {**environ, **sif_pull_env(cache, scratch)}
+            said: deque[str] = deque(maxlen=TAIL_LINES)
+
+            def on_line(line: str) -> None:
+                said.append(line)
+                echo(line)
+
+            argv = sif_pull_argv(plan.program, temp, plan.ref, plan.force)
+            code, stopped_by = proc.stream_forwarding(argv, env, on_line)
+            if stopped_by is not None:
+                raise stopped(stopped_by)
+            if code != 0:
+                raise ExternalToolError(
+                    f"{plan.runtime} pull {plan.ref} failed: "
+                    + (proc.last_line("".join(said)) or f"exit code {code}"),
+                    f"check the reference, the network and the registry login (on a node "
+                    f"without the network, a compute node say: pull it once on a login node, "
+                    f"ctrain pull {plan.ref}, into the same cache, and run again); {UNTOUCHED}",
+                )
+            problem = check_sif(temp)
+            if problem:
+                raise ExternalToolError(
+                    f"{plan.runtime} pull wrote no valid SIF image for {plan.ref}: {problem}",
+                    f"run the pull again; if it keeps failing, run `{plan.runtime} pull` by hand",
+                )
+            proc.check(
+                sif_inspect_argv(plan.program, temp),
+                env,
+                INSPECT_TIMEOUT,
+                what=f"{plan.runtime} inspect of the pulled image",
+                fix=f"run the pull again; {UNTOUCHED}",
+            )
+        return temp.stat().st_size
+
+    def record(self, plan: PullPlan, target: Path, size: int | None) -> Sidecar:
+        return new_sidecar(
+            plan.ref,
+            plan.runtime,
+            digest_in_ref(plan.ref),
+            size=size,
+            target=str(target.absolute()),
+            source_stamp=plan.stamp,
+        )
