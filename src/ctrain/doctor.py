@@ -292,46 +292,19 @@ def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any]
         return Check(name, "FAIL", f"probe output not understood: {exc}", INSTALL_FIX)
 
 
-def describe_versions(version: str, dists: Mapping[str, str]) -> str:
-    """TensorFlow's version and those that go with it: tf-keras, Keras, Horovod and, in a GPU
-    install, TensorFlow's CUDA runtime, cuDNN and NCCL wheels."""
-    parts = [version, f"tf_keras {dists.get('tf-keras', 'missing')}"]
-    parts += [f"{name} {dists[name]}" for name in ("keras", "horovod") if name in dists]
-    cuda = (("CUDA", matrix.CUDA_RUNTIME), ("cuDNN", matrix.CUDNN), ("NCCL", matrix.NCCL))
-    parts += [f"{label} {dists[name]}" for label, name in cuda if name in dists]
-    return ", ".join(parts)
-
-
-def off_matrix(version: str, dists: Mapping[str, str]) -> str:
-    """How this install differs from the rows of ctrain's version matrix; "" if it is one."""
-    try:
-        row = matrix.find(MATRIX, version)
-    except matrix.MatrixError:
-        return f"TensorFlow {version} is not in ctrain's version matrix"
-    return ", ".join(matrix.mismatches(row, dists))
-
-
-def matrix_fix(version: str) -> str:
-    """Reinstall a row of the matrix: this TensorFlow's when it has one."""
-    known = matrix.versions(MATRIX)
-    wanted = version if version in known else " or ".join(known)
-    return (
-        f"TF_VERSION={wanted} make install (src/ctrain/matrix.toml), or run inside the ctrain image"
-    )
-
-
 def check_tensorflow(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
     info = _probe("tensorflow", TF_PROBE, environ)
     if isinstance(info, Check):
         return info
     seen = len(info.get("gpus") or [])
     dists = dict(info.get("dists") or {})
-    detail = f"{describe_versions(info['version'], dists)}; {seen} GPU(s) seen"
+    detail = f"{matrix.describe_install(info['version'], dists)}; {seen} GPU(s) seen"
     if "tf-keras" not in dists:
         return Check("tensorflow", "WARN", detail, "pip install tf-keras (or " + INSTALL_FIX + ")")
-    problem = off_matrix(info["version"], dists)
+    problem = matrix.off_matrix(MATRIX, info["version"], dists)
     if problem:
-        return Check("tensorflow", "WARN", f"{detail}; {problem}", matrix_fix(info["version"]))
+        fix = matrix.reinstall_fix(MATRIX, info["version"])
+        return Check("tensorflow", "WARN", f"{detail}; {problem}", fix)
     if gpus and not seen:
         fix = "use the ctrain GPU image, or a TensorFlow built with CUDA matching the driver"
         return Check("tensorflow", "WARN", f"{detail}, but nvidia-smi lists {len(gpus)}", fix)

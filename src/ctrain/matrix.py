@@ -141,6 +141,34 @@ def mismatches(row: Row, installed: Mapping[str, str]) -> list[str]:
     ]
 
 
+def describe_install(version: str, dists: Mapping[str, str]) -> str:
+    """TensorFlow's version and those that go with it: tf-keras, Keras, Horovod and, in a GPU
+    install, TensorFlow's CUDA runtime, cuDNN and NCCL wheels."""
+    parts = [version, f"tf_keras {dists.get('tf-keras', 'missing')}"]
+    parts += [f"{name} {dists[name]}" for name in ("keras", "horovod") if name in dists]
+    cuda = (("CUDA", CUDA_RUNTIME), ("cuDNN", CUDNN), ("NCCL", NCCL))
+    parts += [f"{label} {dists[name]}" for label, name in cuda if name in dists]
+    return ", ".join(parts)
+
+
+def off_matrix(rows: Sequence[Row], version: str, dists: Mapping[str, str]) -> str:
+    """How an install differs from the rows of the matrix; "" if it is one."""
+    try:
+        row = find(rows, version)
+    except MatrixError:
+        return f"TensorFlow {version} is not in ctrain's version matrix"
+    return ", ".join(mismatches(row, dists))
+
+
+def reinstall_fix(rows: Sequence[Row], version: str) -> str:
+    """Reinstall a row of the matrix: this TensorFlow's when it has one."""
+    known = versions(rows)
+    wanted = version if version in known else " or ".join(known)
+    return (
+        f"TF_VERSION={wanted} make install (src/ctrain/matrix.toml), or run inside the ctrain image"
+    )
+
+
 _SPEC = re.compile(r"^(all|(>=|<)(\d+)\.(\d+))$")
 
 

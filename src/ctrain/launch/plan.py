@@ -300,6 +300,34 @@ def _environment(
     return env, unset
 
 
+def _workers(
+    job: JobEnv, place: Placement, port_base: int, environ: Mapping[str, str]
+) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """MultiWorkerMirroredStrategy's ports, one per rank, and this rank's TF_CONFIG."""
+    slurm = job.slurm
+    if slurm.nodes and place.source == "slurm":
+        by_rank = worker_hosts(
+            slurm.nodes,
+            slurm.tasks_per_node,
+            place.size,
+            environ.get("SLURM_DISTRIBUTION", "block"),
+            environ.get("SLURM_DIST_PLANESIZE"),
+        )
+    elif place.size == place.local_size:
+        by_rank = (job.hostname,) * place.size
+    else:
+        raise LaunchError(
+            "multiworker across nodes needs Slurm's node list, and this launch has none",
+            "start the ranks with srun, or use --mode horovod under mpirun",
+        )
+    ports = worker_ports(by_rank, port_base, port_block(slurm.job_id, slurm.step_id))
+    tf_config = {
+        "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports, strict=True)]},
+        "task": {"type": "worker", "index": place.rank},
+    }
+    return ports, tf_config
+
+
 def make_plan(
     job: JobEnv,
     options: LaunchOptions,
@@ -318,30 +346,10 @@ def make_plan(
     place = placement(mode, job)
     slurm = job.slurm
     hosts = slurm.nodes
-    by_rank: tuple[str, ...] = ()
     ports: tuple[int, ...] = ()
-    tf_config = None
+    tf_config: dict[str, Any] | None = None
     if mode is Mode.MULTIWORKER:
-        if hosts and place.source == "slurm":
-            by_rank = worker_hosts(
-                hosts,
-                slurm.tasks_per_node,
-                place.size,
-                environ.get("SLURM_DISTRIBUTION", "block"),
-                environ.get("SLURM_DIST_PLANESIZE"),
-            )
-        elif place.size == place.local_size:
-            by_rank = (job.hostname,) * place.size
-        else:
-            raise LaunchError(
-                "multiworker across nodes needs Slurm's node list, and this launch has none",
-                "start the ranks with srun, or use --mode horovod under mpirun",
-            )
-        ports = worker_ports(by_rank, options.port_base, port_block(slurm.job_id, slurm.step_id))
-        tf_config = {
-            "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports, strict=True)]},
-            "task": {"type": "worker", "index": place.rank},
-        }
+        ports, tf_config = _workers(job, place, options.port_base, environ)
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
     if collective == AUTO:

@@ -1,0 +1,90 @@
+"""The layout rules of docs/architecture.md, on src/ctrain: no import cycle, counting imports
+inside functions as well (an import moved into a function to dodge a cycle is still one); no
+module over 400 lines, no function over 60."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.helpers import REPO
+
+SRC = REPO / "src"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported(tree: ast.AST, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that ``tree`` imports, anywhere in it."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names & set(known)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_src_has_no_import_cycle() -> None:
+    known = modules()
+    graph = {
+        name: imported(ast.parse(path.read_text()), known) - {name} for name, path in known.items()
+    }
+    assert cycles(graph) == []
+
+
+MODULE_LINES, FUNCTION_LINES = 400, 60
+
+
+def test_no_module_over_400_lines_and_no_function_over_60() -> None:
+    too_long = []
+    for name, path in modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    too_long.append(f"{name}.{node.name}: {lines} lines")
+    assert too_long == []
