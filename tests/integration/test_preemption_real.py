@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrain.errors import CheckpointError
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 from tests.helpers import CTRAIN
 
@@ -68,7 +69,8 @@ def test_a_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> Non
         timeout=300,
         env=clean_env(TF_CPP_MIN_LOG_LEVEL="2"),
     )
-    assert done.returncode != 0
+    assert done.returncode == CheckpointError.exit_code == 6, done.stderr  # ctrain.train's hook
+    assert "Traceback" not in done.stderr
     assert "written by a different training configuration; refusing" in done.stderr
     assert len(lines(tmp_path / "runs.jsonl")) == 1  # it never trained
 
