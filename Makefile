@@ -109,7 +109,8 @@ bench:  ## measure ctrain's overheads, scaling and scripts against its API here 
 FLAVOUR ?= gpu
 REGISTRY ?=
 IMAGE_NAME ?= ctrain
-TAG ?= $(shell sed -nE 's/^version = "(.+)"$$/\1/p' pyproject.toml)
+VERSION := $(shell sed -nE 's/^__version__ = "(.+)"$$/\1/p' src/ctrain/__init__.py)
+TAG ?= $(VERSION)
 BASE_IMAGE ?=
 WHEELHOUSE ?= build/wheelhouse
 SIF_DIR ?= build
@@ -142,7 +143,7 @@ image-gpu-or-cpu:
 	@if [ -n "$(APPTAINER)" ]; then \
 	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)-tf$(TF_VERSION)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
 	  scripts/wheelhouse.sh ctrain build/wheelhouse; mkdir -p $(SIF_DIR); \
-	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])'); \
+	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$(VERSION); \
 	    $(if $(BASE_IMAGE),printf 'BOOT=docker-daemon\nFROM=%s\n' '$(BASE_IMAGE)';) } \
 	    >$(call build_args,$(IMAGE_FLAVOUR)); \
 	  echo "$(APPTAINER) build --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \

@@ -77,7 +77,7 @@ cp docker/install.sh "$context/docker/"
 cp -al "$wheelhouse/$part" "$context/wheelhouse" 2>/dev/null || cp -a "$wheelhouse/$part" "$context/wheelhouse"
 cp -a "$wheelhouse/ctrain" "$context/ctrain"
 
-version=$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+version=$(sed -nE 's/^__version__ = "(.+)"$/\1/p' src/ctrain/__init__.py)
 args=(--build-arg "CTRAIN_VERSION=$version")
 for pin in "${pins[@]}"; do
     args+=(--build-arg "$pin")

@@ -14,23 +14,17 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from ctrain import matrix
+from ctrain import __version__, matrix
 from tests.helpers import CTRAIN, REGISTRY
 
 from .images import BUILD_TIMEOUT, DEFAULT, REPO, TAG, base_image, build_cpu, make
 from .jobs import clean_env, reports, run
 from .test_bench_real import TINY
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
@@ -55,8 +49,7 @@ LABEL_PINS = {
 
 def pins(tf: str, flavour: str) -> dict[str, str]:
     """The labels' versions: the matrix's pins and ctrain's version."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return matrix.pins(matrix.find(ROWS, tf), flavour) | {"CTRAIN_VERSION": project["version"]}
+    return matrix.pins(matrix.find(ROWS, tf), flavour) | {"CTRAIN_VERSION": __version__}
 
 
 def labels(image: str) -> dict[str, str]:

@@ -80,10 +80,8 @@ def test_oserror_without_a_file() -> None:
 
 
 def test_requeue_exit_code_has_one_value_everywhere() -> None:
-    import ctrain.checkpoints
     import ctrain.train.checkpoints
 
-    assert ctrain.checkpoints.REQUEUE_EXIT_CODE == errors.REQUEUE_EXIT_CODE
     assert ctrain.train.checkpoints.REQUEUE_EXIT_CODE == errors.REQUEUE_EXIT_CODE
     templates = sorted((README.parent / "jobs").glob("*.sbatch"))
     assert templates

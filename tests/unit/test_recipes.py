@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from spython.main.parse.parsers import SingularityParser
 
-from ctrain import matrix
+from ctrain import __version__, matrix
 from tests import fake_apptainer
 from tests.helpers import REPO, Sandbox, need, sandbox
 
@@ -33,7 +33,7 @@ INSTALL = REPO / "docker" / "install.sh"
 DEFS = REPO / "definitions"
 ROWS = matrix.load()
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-# The build args of both recipes: the matrix's pins and ctrain's version (pyproject's).
+# The build args of both recipes: the matrix's pins and ctrain's version (ctrain.__version__).
 BUILD_ARGS = {*matrix.PIN_NAMES, "CTRAIN_VERSION"}
 RECIPES = [
     "Dockerfile.gpu",
@@ -64,7 +64,7 @@ def row_versions(row: matrix.Row) -> set[str]:
 def build_args(tf: str, flavour: str) -> dict[str, str]:
     """What `make image` passes: the matrix's pins and ctrain's version."""
     pins = matrix.pins(matrix.find(ROWS, tf), flavour)
-    return pins | {"CTRAIN_VERSION": PYPROJECT["version"]}
+    return pins | {"CTRAIN_VERSION": __version__}
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
