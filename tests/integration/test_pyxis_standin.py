@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.images import pull
+from ctrain.images.store import PullAsk
 from tests import fake_pyxis
 from tests.helpers import REGISTRY, SRC, need, registry_up
 from tests.standin.remote import DEFAULT_PATH
@@ -96,8 +97,8 @@ def test_multiworker_job_through_pyxis(
     first, second = final_weights(out, 2)
     assert first == second
     assert len(fake_pyxis.calls(imports)) == 1  # once, in the batch step, not once per node
-    sqsh = pull.plan_pull(
-        registry_image, "pyxis", "enroot", None, tmp_path / "cache", False, Path.is_dir
+    sqsh = pull.plan(
+        PullAsk(registry_image, "pyxis", "enroot", None, tmp_path / "cache", False, Path.is_dir)
     ).target
     tasks = fake_pyxis.calls(calls)
     assert sorted(str(t["task"]) for t in tasks) == ["0", "1"]

@@ -95,12 +95,15 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
 
     from ctrain.images import cachedir
     from ctrain.images import pull as pulling
+    from ctrain.images.store import PullAsk, Pulling
 
     s = settings_from(flags)
     runtime, program = _runtime(str(s["runtime"].value))
     reference = ref if ref is not None else str(s["image"].value or "")
     choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
-    plan = pulling.plan_pull(reference, runtime, program, output, choice.path, force, Path.is_dir)
+    plan = pulling.plan(
+        PullAsk(reference, runtime, program, output, choice.path, force, Path.is_dir)
+    )
     cachedir.ensure_dirs(choice)
     min_free_gb = int(str(s["min_free_gb"].value))
     tmpdir = cachedir.build_tmpdir(s, os.environ)
@@ -112,7 +115,8 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
 
     try:
         result = pulling.pull(
-            plan, choice, os.environ, min_free_gb, _say, tmpdir=tmpdir, show=show, echo=echo
+            plan,
+            Pulling(choice, os.environ, min_free_gb, _say, tmpdir=tmpdir, show=show, echo=echo),
         )
     finally:
         show.close()

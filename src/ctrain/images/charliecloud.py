@@ -24,7 +24,7 @@ removed from both.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ctrain.container.charliecloud import ENV_FILE
@@ -40,7 +40,7 @@ from ctrain.images.sif import (
     read_sidecar,
     sidecar_of,
 )
-from ctrain.images.store import UNTOUCHED, FileStore, PullPlan, Say
+from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan
 from ctrain.names import CHARLIECLOUD, split_reference
 from ctrain.util import fs, proc
 
@@ -99,28 +99,21 @@ class CharliecloudStore(FileStore):
     space_fix = "free some space, or choose another --cache-dir"
     flush = False  # thousands of files, not flushed one by one: the rename is what is atomic
 
-    def plan(
-        self,
-        ref: str,
-        runtime: str,
-        program: str,
-        output: str | None,
-        cache_root: Path,
-        force: bool,
-        is_dir: Callable[[Path], bool],
-    ) -> PullPlan:
-        """Where the image directory goes: ``CACHE/charliecloud/<name>``; ``program`` is
+    def plan(self, asked: PullAsk) -> PullPlan:
+        """Where the image directory goes: ``CACHE/charliecloud/<name>``; the program is
         ch-run."""
-        if output is not None:
+        if asked.output is not None:
             raise ConfigError(
                 f"-o/--output: {CHARLIECLOUD} images go to the cache (CACHE/{CH_DIR}/NAME)",
                 "drop -o; choose the cache with --cache-dir (CTRAIN_CACHE_DIR)",
             )
-        fmt, name = source_of(ref)
+        fmt, name = source_of(asked.ref)
         checked = f"{'docker-daemon' if fmt == 'docker' else 'docker'}://{name}"
-        target = cache_root / CH_DIR / safe_name(checked)
+        target = asked.cache_root / CH_DIR / safe_name(checked)
         record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(checked, CHARLIECLOUD, program, target, record, lock, True, force)
+        return PullPlan(
+            checked, CHARLIECLOUD, asked.program, target, record, lock, True, asked.force
+        )
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return storage_env(plan.target) if plan.target is not None else {}
@@ -139,18 +132,10 @@ class CharliecloudStore(FileStore):
     def swept(self, target: Path, temp_space: Path) -> tuple[Path, ...]:
         return (target.parent, temp_space)  # the directory beside it, the tarball there
 
-    def fetch(
-        self,
-        plan: PullPlan,
-        temp: Path,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        temp_space: Path,
-        echo: Say,
-    ) -> None:
+    def fetch(self, plan: PullPlan, temp: Path, run: Pulling, temp_space: Path) -> None:
         """Fetch and convert into the directory ``temp``."""
         assert plan.target is not None  # planned by this store
-        env = {**environ, **storage_env(plan.target)}
+        env = {**run.environ, **storage_env(plan.target)}
         fix = f"check the reference and that the image exists; {UNTOUCHED}"
         fmt, name = source_of(plan.ref)
         fetch = fetch_argv(plan.program, plan.ref)

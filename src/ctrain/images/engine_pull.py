@@ -25,9 +25,10 @@ from ctrain.images.sif import ENGINE_DIR, new_sidecar, read_sidecar
 from ctrain.images.store import (
     INSPECT_TIMEOUT,
     PULL_TIMEOUT,
+    PullAsk,
+    Pulling,
     PullPlan,
     PullResult,
-    Say,
     Show,
     pull_lock,
 )
@@ -36,26 +37,19 @@ from ctrain.util import fs, proc
 
 
 class EngineStore:
-    def plan(
-        self,
-        ref: str,
-        runtime: str,
-        program: str,
-        output: str | None,
-        cache_root: Path,
-        force: bool,
-        is_dir: Callable[[Path], bool],
-    ) -> PullPlan:
+    def plan(self, asked: PullAsk) -> PullPlan:
         """No file: the engine keeps the image; the record goes to ``CACHE/docker/``."""
-        checked = check_ref(ref, runtime)
-        if output is not None:
+        checked = check_ref(asked.ref, asked.runtime)
+        if asked.output is not None:
             raise ConfigError(
-                f"-o/--output has no meaning for {runtime}: images live in its own store",
+                f"-o/--output has no meaning for {asked.runtime}: images live in its own store",
                 "drop -o, or pull a SIF file with --runtime apptainer",
             )
-        record = cache_root / ENGINE_DIR / f"{safe_name(checked)}.json"
+        record = asked.cache_root / ENGINE_DIR / f"{safe_name(checked)}.json"
         lock = record.with_suffix(".lock")
-        return PullPlan(checked, runtime, program, None, record, lock, True, force)
+        return PullPlan(
+            checked, asked.runtime, asked.program, None, record, lock, True, asked.force
+        )
 
     def recorded(self, plan: PullPlan) -> bool:
         """Whether ctrain's record names this reference (the engine is not asked)."""
@@ -65,21 +59,10 @@ class EngineStore:
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return {}  # the engine pulls; its client needs nothing of ctrain's
 
-    def pull(
-        self,
-        plan: PullPlan,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        min_free_gb: int,
-        say: Say,
-        *,
-        tmpdir: Path | None = None,
-        show: Show = lambda event: None,
-        echo: Say = lambda line: None,
-    ) -> PullResult:
+    def pull(self, plan: PullPlan, run: Pulling) -> PullResult:
         plan.record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with pull_lock(plan, plan.ref, environ, say):
-            return pull_engine(plan, environ, say, show)
+        with pull_lock(plan, plan.ref, run.environ, run.say):
+            return pull_engine(plan, run.environ, run.say, run.show)
 
 
 def pull_engine(

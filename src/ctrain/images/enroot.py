@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import struct
-from collections import deque
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ctrain.container.pyxis import enroot_image, is_file_reference
@@ -38,7 +36,7 @@ from ctrain.images.sif import (
     read_sidecar,
     sidecar_of,
 )
-from ctrain.images.store import TAIL_LINES, UNTOUCHED, FileStore, PullPlan, Say, stopped
+from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan, run_tool
 from ctrain.names import PYXIS, split_reference
 from ctrain.util import proc
 
@@ -114,27 +112,18 @@ def cached_file(cache_root: Path, uri: str) -> Path:
 
 
 class EnrootStore(FileStore):
-    def plan(
-        self,
-        ref: str,
-        runtime: str,
-        program: str,
-        output: str | None,
-        cache_root: Path,
-        force: bool,
-        is_dir: Callable[[Path], bool],
-    ) -> PullPlan:
+    def plan(self, asked: PullAsk) -> PullPlan:
         """``CACHE/images/<name>.sqsh``, its record and lock beside it."""
-        if output is not None:
+        if asked.output is not None:
             raise ConfigError(
                 "-o/--output is not supported with --runtime pyxis: the file goes to ctrain's "
                 "cache",
                 "drop -o; ctrain resolve --runtime pyxis prints where the file is",
             )
-        uri = import_uri(ref)
-        target = cached_file(cache_root, uri)
+        uri = import_uri(asked.ref)
+        target = cached_file(asked.cache_root, uri)
         record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(uri, PYXIS, ENROOT, target, record, lock, True, force)
+        return PullPlan(uri, PYXIS, ENROOT, target, record, lock, True, asked.force)
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return cachedir.enroot_env(cache, tmpdir)
@@ -147,18 +136,10 @@ class EnrootStore(FileStore):
     def starting(self, plan: PullPlan, target: Path, reason: str) -> str:
         return f"importing {plan.ref} into {target} with enroot ({reason})"
 
-    def fetch(
-        self,
-        plan: PullPlan,
-        temp: Path,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        temp_space: Path,
-        echo: Say,
-    ) -> int:
+    def fetch(self, plan: PullPlan, temp: Path, run: Pulling, temp_space: Path) -> int:
         """enroot import into ``temp`` (which does not exist: enroot refuses an existing file),
         its paths (layer cache, data, temporary space) ``cachedir.enroot_env``'s."""
-        env = {**environ, **cachedir.enroot_env(cache, temp_space)}
+        env = {**run.environ, **cachedir.enroot_env(run.cache, temp_space)}
         program = proc.which(plan.program, env)
         if program is None:
             raise ExternalToolError(
@@ -166,19 +147,14 @@ class EnrootStore(FileStore):
                 "run ctrain pull --runtime pyxis on a node with enroot (the same cache), or give "
                 "the image as REGISTRY#REPO:TAG to let pyxis import it on each node",
             )
-        said: deque[str] = deque(maxlen=TAIL_LINES)
-        argv = import_argv(program, temp, plan.ref)
-        code, stopped_by = proc.stream_forwarding(argv, env, said.append)
-        if stopped_by is not None:
-            raise stopped(stopped_by)
-        if code != 0:
-            raise ExternalToolError(
-                f"enroot import {plan.ref} failed: "
-                + (proc.last_line("".join(said)) or f"exit code {code}"),
-                "check the reference, the network and enroot's credentials "
-                f"($ENROOT_CONFIG_PATH/.credentials; ENROOT_ALLOW_HTTP=yes for an HTTP registry); "
-                f"{UNTOUCHED}",
-            )
+        run_tool(
+            import_argv(program, temp, plan.ref),
+            env,
+            f"enroot import {plan.ref}",
+            "check the reference, the network and enroot's credentials "
+            "($ENROOT_CONFIG_PATH/.credentials; ENROOT_ALLOW_HTTP=yes for an HTTP registry)",
+            lambda line: None,  # its output only in the error message
+        )
         state = target_state(temp)
         if state.problem or state.size is None:
             raise ExternalToolError(

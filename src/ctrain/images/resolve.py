@@ -93,9 +93,10 @@ def choose(
     if decide(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)
     from ctrain.images import cachedir, pull
+    from ctrain.images.store import PullAsk
 
     cache = cachedir.resolve_cache_dir(s, environ)
-    plan = pull.plan_pull(image, runtime, program, None, cache.path, False, Path.is_dir)
+    plan = pull.plan(PullAsk(image, runtime, program, None, cache.path, False, Path.is_dir))
     count = ranks(environ)
     decision = decide(runtime, remote, pull.store_of(runtime).recorded(plan), count)
     if decision == "refuse":
@@ -121,6 +122,7 @@ def fetch(
     if choice.pull is None or choice.cache is None:
         return
     from ctrain.images import cachedir, pull
+    from ctrain.images.store import Pulling
 
     cachedir.ensure_dirs(choice.cache)
-    pull.pull(choice.pull, choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir)
+    pull.pull(choice.pull, Pulling(choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir))

@@ -13,8 +13,6 @@ its stamp changes; one no longer there keeps its recorded pull, and a new pull o
 from __future__ import annotations
 
 import os
-from collections import deque
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ctrain.errors import ConfigError, ExternalToolError
@@ -37,12 +35,12 @@ from ctrain.images.sif import (
 )
 from ctrain.images.store import (
     INSPECT_TIMEOUT,
-    TAIL_LINES,
     UNTOUCHED,
     FileStore,
+    PullAsk,
+    Pulling,
     PullPlan,
-    Say,
-    stopped,
+    run_tool,
 )
 from ctrain.util import fs, proc
 
@@ -55,20 +53,11 @@ def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
 class SifStore(FileStore):
     space_fix = "free some space, or pull elsewhere with -o"
 
-    def plan(
-        self,
-        ref: str,
-        runtime: str,
-        program: str,
-        output: str | None,
-        cache_root: Path,
-        force: bool,
-        is_dir: Callable[[Path], bool],
-    ) -> PullPlan:
-        checked, stamp = archive_ref(check_ref(ref, runtime))
+    def plan(self, asked: PullAsk) -> PullPlan:
+        checked, stamp = archive_ref(check_ref(asked.ref, asked.runtime))
+        output, is_dir = asked.output, asked.is_dir
         if output is None:
-            target = cache_root / IMAGES_DIR / image_filename(checked)
-            owned = True
+            target = asked.cache_root / IMAGES_DIR / image_filename(checked)
         else:
             if not output.strip() or "\n" in output:
                 raise ConfigError(f"-o {output!r} is not a usable path", "give a file or directory")
@@ -83,9 +72,11 @@ class SifStore(FileStore):
                     f"directory {target.parent} does not exist",
                     f"create it (mkdir -p {target.parent}) or choose another -o",
                 )
-            owned = False
         record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(checked, runtime, program, target, record, lock, owned, force, stamp)
+        owned = output is None
+        return PullPlan(
+            checked, asked.runtime, asked.program, target, record, lock, owned, asked.force, stamp
+        )
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return sif_pull_env(cache, tmpdir)
@@ -105,36 +96,19 @@ class SifStore(FileStore):
     def starting(self, plan: PullPlan, target: Path, reason: str) -> str:
         return f"pulling {plan.ref} into {target} with {plan.runtime} ({reason})"
 
-    def fetch(
-        self,
-        plan: PullPlan,
-        temp: Path,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        temp_space: Path,
-        echo: Say,
-    ) -> int:
-        """Pull into ``temp`` (its output to ``echo``) and check the result; its size."""
+    def fetch(self, plan: PullPlan, temp: Path, run: Pulling, temp_space: Path) -> int:
+        """Pull into ``temp`` (its output to ``run.echo``) and check the result; its size."""
         with fs.scratch(temp_space, cachedir.TOOL_TMP_PREFIX) as scratch:
-            env = {**environ, **sif_pull_env(cache, scratch)}
-            said: deque[str] = deque(maxlen=TAIL_LINES)
-
-            def on_line(line: str) -> None:
-                said.append(line)
-                echo(line)
-
-            argv = sif_pull_argv(plan.program, temp, plan.ref, plan.force)
-            code, stopped_by = proc.stream_forwarding(argv, env, on_line)
-            if stopped_by is not None:
-                raise stopped(stopped_by)
-            if code != 0:
-                raise ExternalToolError(
-                    f"{plan.runtime} pull {plan.ref} failed: "
-                    + (proc.last_line("".join(said)) or f"exit code {code}"),
-                    f"check the reference, the network and the registry login (on a node "
-                    f"without the network, a compute node say: pull it once on a login node, "
-                    f"ctrain pull {plan.ref}, into the same cache, and run again); {UNTOUCHED}",
-                )
+            env = {**run.environ, **sif_pull_env(run.cache, scratch)}
+            run_tool(
+                sif_pull_argv(plan.program, temp, plan.ref, plan.force),
+                env,
+                f"{plan.runtime} pull {plan.ref}",
+                "check the reference, the network and the registry login (on a node without the "
+                f"network, a compute node say: pull it once on a login node, ctrain pull "
+                f"{plan.ref}, into the same cache, and run again)",
+                run.echo,
+            )
             problem = check_sif(temp)
             if problem:
                 raise ExternalToolError(

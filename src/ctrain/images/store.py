@@ -29,16 +29,17 @@ import abc
 import contextlib
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from ctrain.errors import ConfigError, Interrupted
+from ctrain.errors import ConfigError, ExternalToolError, Interrupted
 from ctrain.images import cachedir
 from ctrain.images.sif import Action, Sidecar
-from ctrain.util import fs, locks
+from ctrain.util import fs, locks, proc
 
 if TYPE_CHECKING:
     from ctrain.util.progress import Event
@@ -74,36 +75,46 @@ class PullResult:
     reason: str
 
 
-class Store(Protocol):
-    def plan(
-        self,
-        ref: str,
-        runtime: str,
-        program: str,
-        output: str | None,
-        cache_root: Path,
-        force: bool,
-        is_dir: Callable[[Path], bool],
-    ) -> PullPlan: ...
+class PullAsk(NamedTuple):
+    """What ``ctrain pull`` (or an exec that needs a pull) asks a store to plan."""
 
-    def recorded(self, plan: PullPlan) -> bool: ...
+    ref: str
+    runtime: str
+    program: str
+    output: str | None  # -o: a file or directory, where the store takes one
+    cache_root: Path
+    force: bool
+    is_dir: Callable[[Path], bool]
+
+
+@dataclass(frozen=True)
+class Pulling:
+    """What a pull runs with: the cache, the environment, the free space it needs, where it
+    says what it does (``say``), docker's layer progress (``show``) and the tool's own output
+    lines (``echo``); ``tmpdir``: the tool's temporary space (default
+    ``cachedir.node_local_tmp``)."""
+
+    cache: cachedir.CacheChoice
+    environ: Mapping[str, str]
+    min_free_gb: int
+    say: Say
+    tmpdir: Path | None = None
+    show: Show = lambda event: None
+    echo: Say = lambda line: None
+
+
+class Store(Protocol):
+    def plan(self, asked: PullAsk) -> PullPlan: ...
+
+    def recorded(self, plan: PullPlan) -> bool:
+        """Whether ctrain's record says the image is there (no lock, no network)."""
+        ...
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         """What ctrain adds to the pull tool's environment."""
         ...
 
-    def pull(
-        self,
-        plan: PullPlan,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        min_free_gb: int,
-        say: Say,
-        *,
-        tmpdir: Path | None,
-        show: Show,
-        echo: Say,
-    ) -> PullResult: ...
+    def pull(self, plan: PullPlan, run: Pulling) -> PullResult: ...
 
 
 @contextlib.contextmanager
@@ -142,9 +153,23 @@ def pull_lock(plan: PullPlan, where: str, environ: Mapping[str, str], say: Say) 
         yield
 
 
-def stopped(by: str) -> Interrupted:
-    """The pull tool stopped by signal ``by`` (forwarded to it)."""
-    return Interrupted(f"pull stopped by {by}; {UNTOUCHED}", "run the same ctrain pull again")
+def run_tool(argv: list[str], env: Mapping[str, str], what: str, fix: str, echo: Say) -> None:
+    """Run a pull tool, its output lines to ``echo``: a signal passed on to it ends the pull as
+    Interrupted, a failure as ExternalToolError with the last of what it said."""
+    said: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def on_line(line: str) -> None:
+        said.append(line)
+        echo(line)
+
+    code, stopped_by = proc.stream_forwarding(argv, env, on_line)
+    if stopped_by is not None:
+        raise Interrupted(
+            f"pull stopped by {stopped_by}; {UNTOUCHED}", "run the same ctrain pull again"
+        )
+    if code != 0:
+        last = proc.last_line("".join(said)) or f"exit code {code}"
+        raise ExternalToolError(f"{what} failed: {last}", f"{fix}; {UNTOUCHED}")
 
 
 class FileStore(abc.ABC):
@@ -159,15 +184,7 @@ class FileStore(abc.ABC):
         """(the record, reuse/pull/refuse, why) for ``target``; no lock, no network."""
 
     @abc.abstractmethod
-    def fetch(
-        self,
-        plan: PullPlan,
-        temp: Path,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        temp_space: Path,
-        echo: Say,
-    ) -> int | None:
+    def fetch(self, plan: PullPlan, temp: Path, run: Pulling, temp_space: Path) -> int | None:
         """Write the image at ``temp`` (absent before) and check it; its size, if a file."""
 
     @abc.abstractmethod
@@ -185,44 +202,31 @@ class FileStore(abc.ABC):
     def recorded(self, plan: PullPlan) -> bool:
         return plan.target is not None and self.decision(plan, plan.target)[1] == "reuse"
 
-    def pull(
-        self,
-        plan: PullPlan,
-        cache: cachedir.CacheChoice,
-        environ: Mapping[str, str],
-        min_free_gb: int,
-        say: Say,
-        *,
-        tmpdir: Path | None = None,
-        show: Show = lambda event: None,
-        echo: Say = lambda line: None,
-    ) -> PullResult:
-        """Pull ``plan``, or reuse its recorded target; what it does to ``say``, the tool's own
-        output lines to ``echo``. ``tmpdir``: the tool's temporary space (default
-        ``cachedir.node_local_tmp``)."""
+    def pull(self, plan: PullPlan, run: Pulling) -> PullResult:
+        """Pull ``plan``, or reuse its recorded target."""
         target = plan.target
         if target is None:
             raise ConfigError(f"no target planned for {plan.ref}", "plan the pull with its store")
         self._refuse(plan, target)  # a refusal writes nothing, not even the lock file
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with pull_lock(plan, str(target), environ, say):
-            temp_space = tmpdir or cachedir.node_local_tmp(environ)
+        with pull_lock(plan, str(target), run.environ, run.say):
+            temp_space = run.tmpdir or cachedir.node_local_tmp(run.environ)
             prefix = fs.temp_prefix(target, TEMP_TAG)
             for directory in self.swept(target, temp_space):
                 for leftover in fs.remove_leftovers(directory, prefix):
-                    say(f"removed {leftover}, left by an interrupted pull")
+                    run.say(f"removed {leftover}, left by an interrupted pull")
             sidecar, action, reason = self._refuse(plan, target)
             if action == "reuse" and sidecar is not None:
                 return PullResult(str(target), False, sidecar, reason)
-            fs.check_free(target.parent, min_free_gb)
-            cachedir.check_tmpdir(temp_space, min_free_gb)
-            say(self.starting(plan, target, reason))
+            fs.check_free(target.parent, run.min_free_gb)
+            cachedir.check_tmpdir(temp_space, run.min_free_gb)
+            run.say(self.starting(plan, target, reason))
             try:
                 with (
-                    cachedir.in_use(cache),
+                    cachedir.in_use(run.cache),
                     fs.atomic(target, fs.temp_beside(target, TEMP_TAG), flush=self.flush) as temp,
                 ):
-                    size = self.fetch(plan, temp, cache, environ, temp_space, echo)
+                    size = self.fetch(plan, temp, run, temp_space)
                     # The old record out first: a crash between the steps leaves no record
                     # (pull again), never a record that describes another image.
                     plan.record.unlink(missing_ok=True)

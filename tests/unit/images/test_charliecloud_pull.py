@@ -17,6 +17,7 @@ from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import charliecloud, docker_api, pull
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
+from ctrain.images.store import PullAsk, Pulling
 from tests.helpers import SYSTEM_PATH
 
 # Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each
@@ -77,11 +78,11 @@ def run_pull(
     tools: Path, tmp: Path, ref: str = "docker-daemon://img:1", force: bool = False, **env: str
 ) -> pull.PullResult:
     cache = tmp / "cache"
-    plan = pull.plan_pull(ref, "charliecloud", str(tools), None, cache, force, Path.is_dir)
+    plan = pull.plan(PullAsk(ref, "charliecloud", str(tools), None, cache, force, Path.is_dir))
     path = f"{tools.parent}:{SYSTEM_PATH}"
     environ = {**os.environ, "LOG": str(tmp / "calls"), "PATH": path, **env}
     choice = CacheChoice(cache, "test", False)
-    return pull.pull(plan, choice, environ, 0, lambda line: None, tmpdir=tmp)
+    return pull.pull(plan, Pulling(choice, environ, 0, lambda line: None, tmpdir=tmp))
 
 
 def test_pull_converts_once_then_reuses(tools: Path, engine: FakeEngine, tmp_path: Path) -> None:
@@ -178,8 +179,8 @@ def test_a_conversion_that_writes_no_image_is_the_tools_failure(
 
 def test_resolve_finds_the_recorded_directory(tools: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    plan = pull.plan_pull(
-        "docker-daemon:img:1", "charliecloud", str(tools), None, cache, False, Path.is_dir
+    plan = pull.plan(
+        PullAsk("docker-daemon:img:1", "charliecloud", str(tools), None, cache, False, Path.is_dir)
     )
     assert plan.ref == "docker-daemon://img:1"  # both forms name one image
     assert not pull.store_of("charliecloud").recorded(plan)
@@ -196,8 +197,16 @@ def test_unsupported_references(ref: str) -> None:
 
 def test_output_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="-o/--output"):
-        pull.plan_pull(
-            "docker://r/i:1", "charliecloud", "/usr/bin/ch-run", "x", tmp_path, False, Path.is_dir
+        pull.plan(
+            PullAsk(
+                "docker://r/i:1",
+                "charliecloud",
+                "/usr/bin/ch-run",
+                "x",
+                tmp_path,
+                False,
+                Path.is_dir,
+            )
         )
 
 

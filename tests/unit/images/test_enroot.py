@@ -12,6 +12,7 @@ import pytest
 
 from ctrain.errors import ConfigError
 from ctrain.images import cachedir, enroot, pull
+from ctrain.images.store import PullAsk
 from ctrain.names import PYXIS
 from tests.helpers import need
 from tests.standin_pyxis import enroot as standin
@@ -97,7 +98,9 @@ def test_superblock_of_a_real_mksquashfs_file(tmp_path: Path) -> None:
 
 
 def test_plan_puts_the_file_in_the_cache() -> None:
-    plan = pull.plan_pull("docker://ghcr.io/a/b:1", PYXIS, "srun", None, CACHE, False, Path.is_dir)
+    plan = pull.plan(
+        PullAsk("docker://ghcr.io/a/b:1", PYXIS, "srun", None, CACHE, False, Path.is_dir)
+    )
     target = CACHE / "images" / "docker_ghcr.io_a_b_1.sqsh"
     assert (plan.ref, plan.runtime, plan.program) == ("docker://ghcr.io#a/b:1", PYXIS, "enroot")
     assert (plan.target, plan.record, plan.lock) == (
@@ -110,8 +113,8 @@ def test_plan_puts_the_file_in_the_cache() -> None:
 
 def test_plan_refuses_output() -> None:
     with pytest.raises(ConfigError, match="-o/--output is not supported"):
-        pull.plan_pull(
-            "docker://a.b/c:1", "pyxis", "enroot", "/tmp/x.sqsh", CACHE, False, Path.is_dir
+        pull.plan(
+            PullAsk("docker://a.b/c:1", "pyxis", "enroot", "/tmp/x.sqsh", CACHE, False, Path.is_dir)
         )
 
 
