@@ -29,7 +29,6 @@ from ctrain.names import ENGINE_RUNTIMES, is_remote
 from ctrain.util import fs, proc
 from ctrain.util.progress import Event, build_event
 
-TAIL_LINES = 40  # of a docker/podman build's output, shown when it fails
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -180,7 +179,7 @@ def _run(
 ) -> None:
     """Run a build: each output line to stderr, or with ``show`` each step to it and the last
     lines to stderr if the build fails."""
-    said: deque[str] = deque(maxlen=TAIL_LINES)
+    said: deque[str] = deque(maxlen=proc.TAIL_LINES)
 
     def on_line(line: str) -> None:
         if show is None:

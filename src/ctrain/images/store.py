@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 PULL_TIMEOUT = None  # a large image on a slow link takes as long as it takes
 INSPECT_TIMEOUT = 300.0
-TAIL_LINES = 40  # of a pull tool's output, kept for the error message
 TEMP_TAG = "pull"  # temporary files are .<name>.pull-<token>
 UNTOUCHED = "the previous image is untouched"
 
@@ -156,7 +155,7 @@ def pull_lock(plan: PullPlan, where: str, environ: Mapping[str, str], say: Say) 
 def run_tool(argv: list[str], env: Mapping[str, str], what: str, fix: str, echo: Say) -> None:
     """Run a pull tool, its output lines to ``echo``: a signal passed on to it ends the pull as
     Interrupted, a failure as ExternalToolError with the last of what it said."""
-    said: deque[str] = deque(maxlen=TAIL_LINES)
+    said: deque[str] = deque(maxlen=proc.TAIL_LINES)
 
     def on_line(line: str) -> None:
         said.append(line)

@@ -61,6 +61,9 @@ def run(
         ) from exc
 
 
+TAIL_LINES = 40  # of a tool's output, kept to show or quote when it fails
+
+
 def last_line(text: str) -> str:
     """The last non-blank line of ``text``, stripped ("" when there is none)."""
     return ([line.strip() for line in text.splitlines() if line.strip()] or [""])[-1]
