@@ -56,6 +56,9 @@ PROGRESS_CHOICES = (AUTO, *PROGRESS_MODES)
 
 SIF_RUNTIMES = ("apptainer", "singularity")  # run SIF files; pull to a file in the cache
 CHARLIECLOUD = "charliecloud"  # ch-run: an image directory ctrain pulls into the cache
+# In a Charliecloud image directory: the image's own variables (written by ch-convert, ch-image and
+# ctrain's pull, read by its exec)
+CH_ENV_FILE = "ch/environment"
 ENGINE_RUNTIMES = ("docker", "podman")  # keep images in their own store
 DOCKER = ENGINE_RUNTIMES[0]  # the engine ctrain reaches through its API (images.docker_api)
 # In the order auto tries them (docs/charliecloud.md: the unprivileged HPC runtimes first).

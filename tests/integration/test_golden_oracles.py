@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.runtimes import Request, plan_invocation
-from ctrain.container.versions import RuntimeVersion, parse_version
+from ctrain.releases import RuntimeVersion, parse_version
 from tests import fake_apptainer
 from tests.helpers import REPO, need
 from tests.unit.container.test_runtimes import HOST_ENV

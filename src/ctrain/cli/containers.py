@@ -52,7 +52,8 @@ def _run(
 ) -> None:
     import shlex
 
-    from ctrain.container import planner, runtimes
+    from ctrain import planner
+    from ctrain.container import runtimes
     from ctrain.util.secrets import masked
 
     ctx = click.get_current_context()

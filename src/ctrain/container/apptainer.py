@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from ctrain.container.spec import Bind, RunSpec
-from ctrain.container.versions import RuntimeVersion, needs
 from ctrain.errors import SpecError
 from ctrain.names import is_remote, runtime_reference
+from ctrain.releases import RuntimeVersion, needs
 from ctrain.util.secrets import masked
 
 NO_EVAL: Final = "--no-eval"

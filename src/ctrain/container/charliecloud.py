@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ctrain.container.spec import Bind, RunSpec
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
-from ctrain.names import CHARLIECLOUD, is_remote
+from ctrain.names import CH_ENV_FILE, CHARLIECLOUD, is_remote
+from ctrain.releases import RuntimeVersion
 
-ENV_FILE = "ch/environment"  # the image's own variables, written by ch-convert and ch-image
 CONTAINER_TMP = "/tmp"  # where ch-run binds the host's $TMPDIR (or /tmp)
 # Where ch-fromhost --nvidia puts the driver libraries: the image's first ldconfig directory.
 DRIVER_DIRS = ("usr/local/lib", "usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "lib64")
@@ -63,12 +62,12 @@ def parse_image_env(text: str) -> dict[str, str]:
 def image_env(image: str) -> dict[str, str]:
     """The image's own variables (none when it has no ``ch/environment``)."""
     try:
-        return parse_image_env((Path(image) / ENV_FILE).read_text(encoding="utf-8"))
+        return parse_image_env((Path(image) / CH_ENV_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise SpecError(
-            f"cannot read {Path(image) / ENV_FILE}: {exc.strerror}", "check the image directory"
+            f"cannot read {Path(image) / CH_ENV_FILE}: {exc.strerror}", "check the image directory"
         ) from exc
 
 
@@ -190,7 +189,7 @@ class Charliecloud:
 
     def notes(self, spec: RunSpec) -> list[str]:
         found = [
-            f"container environment exactly: the image's {ENV_FILE}, then the variables below "
+            f"container environment exactly: the image's {CH_ENV_FILE}, then the variables below "
             "(ch-run --unset-env removes the rest)"
         ]
         tmpdir = spec.env.get("TMPDIR")

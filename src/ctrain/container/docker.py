@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import Bind, RunSpec
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
 from ctrain.names import ENGINE_SCHEME
+from ctrain.releases import RuntimeVersion
 
 
 def mount(bind: Bind) -> str:

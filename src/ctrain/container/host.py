@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ctrain.container.spec import ALWAYS, RunSpec
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
+from ctrain.releases import RuntimeVersion
 
 
 @dataclass(frozen=True)

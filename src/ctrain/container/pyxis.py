@@ -25,20 +25,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from ctrain.container.spec import ALWAYS, Bind, RunSpec
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
 from ctrain.launch.jobenv import SlurmEnv
-from ctrain.names import ENGINE_SCHEME, PYXIS, split_reference
+from ctrain.names import PYXIS, split_reference
+from ctrain.references import enroot_image, is_file_reference
+from ctrain.releases import RuntimeVersion
 
 IMAGE = "--container-image"
 MOUNTS = "--container-mounts"
 WORKDIR = "--container-workdir"
 ENV = "--container-env"
 NO_HOME = "--no-container-mount-home"
-DAEMON_SCHEMES = {"docker-daemon": "dockerd"}  # ctrain's scheme -> enroot's
 # The variables a job script's step keeps from the host over the image's: the GPUs Slurm gave
 # the step, what the script exports for ctrain launch, and what ctrain always sets.
 JOB_ENV = (
@@ -51,47 +50,6 @@ JOB_ENV = (
 )
 # Set by Slurm in each task itself: naming them in --container-env would change nothing.
 _TASK_OWN = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")
-
-
-def is_file_reference(image: str) -> bool:
-    """pyxis' rule: an image starting with ``.`` or ``/`` is a squashfs file."""
-    return image.startswith((".", "/"))
-
-
-def enroot_image(image: str, cwd: str) -> str:
-    """``image`` as pyxis takes it (see the module's docstring); ``cwd`` makes a relative file
-    absolute. A ``REGISTRY#REPO:TAG`` reference is already enroot's."""
-    split = split_reference(image)
-    if split is not None:
-        scheme, rest = split
-        if scheme == ENGINE_SCHEME:
-            return _registry_form(rest)
-        if scheme in DAEMON_SCHEMES:
-            return f"{DAEMON_SCHEMES[scheme]}://{rest}"
-        raise SpecError(
-            f"pyxis cannot import {image}: enroot takes docker:// and docker-daemon:// images",
-            "give a docker:// reference or a squashfs file (enroot import -o FILE.sqsh docker://...)",
-        )
-    if "#" in image and not is_file_reference(image):
-        return image
-    if image.endswith(".sif"):
-        raise SpecError(
-            f"pyxis runs squashfs files made by enroot, not the SIF file {image}",
-            "give the docker:// reference, or a file made by enroot import -o FILE.sqsh",
-        )
-    return str(PurePosixPath(cwd, image)) if not image.startswith("/") else image
-
-
-def _registry_form(rest: str) -> str:
-    """``REGISTRY/REPO:TAG`` -> ``REGISTRY#REPO:TAG``; the first part is a registry when it
-    holds a dot or a port, or is localhost (Docker's rule); ``REPO:TAG`` and ``REGISTRY#...``
-    stay."""
-    if "#" in rest:  # enroot's form already
-        return rest
-    first, sep, repo = rest.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return f"{first}#{repo}"
-    return rest
 
 
 def _path(path: str) -> str:

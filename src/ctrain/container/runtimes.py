@@ -22,13 +22,10 @@ from ctrain.container.spec import (
     container_env,
     job_tmpdir,
     parse_bind,
-    parse_env_file,
-    parse_env_pair,
     parse_overlay,
     pmix_server_dir,
     refuse_shared_rw_overlay,
 )
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.names import (
     AUTO,
@@ -39,6 +36,8 @@ from ctrain.names import (
     SIF_RUNTIMES,
     program_of,
 )
+from ctrain.releases import RuntimeVersion
+from ctrain.util.envpairs import parse_env_file, parse_env_pair
 from ctrain.util.secrets import masked
 
 

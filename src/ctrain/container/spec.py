@@ -13,14 +13,12 @@ from the image's CUDA_HOME, not from a host path).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from ctrain.errors import SpecError
-from ctrain.util.secrets import masked
 
 Action = Literal["exec", "run", "shell"]
 
@@ -60,7 +58,6 @@ PASSTHROUGH_NAMES = (
 # Host paths that mean nothing in an image, though their prefix is passed.
 HOST_ONLY_NAMES = ("CUDA_HOME", "CUDA_PATH")
 ALWAYS = {"PYTHONNOUSERSITE": "1"}  # ~/.local packages never shadow the image's
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
@@ -120,26 +117,6 @@ def parse_overlay(text: str) -> Overlay:
     if text.endswith(":rw"):
         return Overlay(text[:-3], False)
     return Overlay(text, False)
-
-
-def parse_env_pair(text: str, where: str = "--env") -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not _KEY.match(key):
-        shown = f"{key}={masked(key, value)}" if sep else text
-        raise SpecError(f"{where} {shown!r} is not NAME=VALUE", "write --env NAME=VALUE")
-    return key, value
-
-
-def parse_env_file(text: str, name: str) -> dict[str, str]:
-    """``NAME=VALUE`` lines; blank lines and ``#`` comments skipped."""
-    found: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        key, value = parse_env_pair(stripped.removeprefix("export "), f"{name}:{number}:")
-        found[key] = value
-    return found
 
 
 def passthrough(environ: Mapping[str, str]) -> dict[str, str]:

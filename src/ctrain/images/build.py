@@ -3,7 +3,7 @@ target ever in place (apptainer builds go to a temporary name in the target's di
 checked, then renamed).
 
 Checked before apptainer runs, because it would fail late or not at all: ``--build-arg`` and
-``%arguments`` need a release that has them (``container.versions``), and a
+``%arguments`` need a release that has them (``ctrain.releases``), and a
 ``--build-arg`` the definition never uses (``{{ NAME }}`` outside ``#`` lines) is fatal in
 Apptainer. Apptainer's temporary space (``build-temp-*``) goes to the node-local
 ``cachedir.build_tmpdir``; a stopped build passes SIGTERM/SIGINT on and waits for apptainer
@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctrain.container.spec import parse_env_pair
-from ctrain.container.versions import RuntimeVersion, installed_version, needs
 from ctrain.errors import ExternalToolError, Interrupted, SpecError
 from ctrain.images import cachedir
 from ctrain.images.sif import check_sif
 from ctrain.names import ENGINE_RUNTIMES, is_remote
+from ctrain.releases import RuntimeVersion, installed_version, needs
 from ctrain.util import fs, proc
+from ctrain.util.envpairs import parse_env_pair
 from ctrain.util.progress import Event, build_event
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")

@@ -27,7 +27,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ctrain.container.charliecloud import ENV_FILE
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import cachedir
 from ctrain.images.refs import safe_name
@@ -41,7 +40,7 @@ from ctrain.images.sif import (
     sidecar_of,
 )
 from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan
-from ctrain.names import CHARLIECLOUD, split_reference
+from ctrain.names import CH_ENV_FILE, CHARLIECLOUD, split_reference
 from ctrain.util import fs, proc
 
 STORAGE = "storage"  # ch-image's storage directory, under CH_DIR
@@ -166,5 +165,5 @@ def _from_docker(
         proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {name}", fix=fix)
     finally:
         fs.remove(tar)
-    (temp / ENV_FILE).parent.mkdir(exist_ok=True)
-    (temp / ENV_FILE).write_text(env_file_text(image_env), encoding="utf-8")
+    (temp / CH_ENV_FILE).parent.mkdir(exist_ok=True)
+    (temp / CH_ENV_FILE).write_text(env_file_text(image_env), encoding="utf-8")

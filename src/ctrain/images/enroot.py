@@ -21,7 +21,6 @@ import os
 import struct
 from pathlib import Path
 
-from ctrain.container.pyxis import enroot_image, is_file_reference
 from ctrain.errors import ConfigError, ExternalToolError, SpecError
 from ctrain.images import cachedir
 from ctrain.images.refs import safe_name
@@ -38,6 +37,7 @@ from ctrain.images.sif import (
 )
 from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan, run_tool
 from ctrain.names import PYXIS, split_reference
+from ctrain.references import enroot_image, is_file_reference
 from ctrain.util import proc
 
 ENROOT = "enroot"

@@ -87,7 +87,7 @@ def choose(
     """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
     remote = is_remote(image, "exec")
     if runtime == PYXIS and not remote:  # a file, or one pyxis imports on each node
-        from ctrain.container.pyxis import enroot_image
+        from ctrain.references import enroot_image
 
         return ImageChoice(enroot_image(image, os.getcwd()))
     if decide(runtime, remote, False, 1) == "as given":

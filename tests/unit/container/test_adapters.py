@@ -17,8 +17,8 @@ from ctrain.container.runtimes import (
     plan_invocation,
     runtime_named,
 )
-from ctrain.container.versions import RuntimeVersion, installed_version, parse_version
 from ctrain.errors import CtrainError
+from ctrain.releases import RuntimeVersion, installed_version, parse_version
 from tests import fake_apptainer
 
 NO_EVAL_FIX = "Apptainer >= 1.1 or SingularityCE >= 3.10"
@@ -368,7 +368,7 @@ def test_a_release_probe_that_hangs_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It answers, but only after the time ctrain gives it."""
-    monkeypatch.setattr("ctrain.container.versions.VERSION_TIMEOUT", 0.5)
+    monkeypatch.setattr("ctrain.releases.VERSION_TIMEOUT", 0.5)
     slow = tmp_path / "slow"
     slow.write_text("#!/bin/sh\nsleep 5\necho 'apptainer version 1.4.5'\n")
     slow.chmod(0o755)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from ctrain.container.runtimes import Invocation, Request, describe, plan_invocation
-from ctrain.container.versions import RuntimeVersion, needs, parse_version
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
 from ctrain.names import is_remote, runtime_reference
+from ctrain.releases import RuntimeVersion, needs, parse_version
 
 
 def which(name: str) -> str:

@@ -9,8 +9,8 @@ import pytest
 from ctrain.container.charliecloud import Charliecloud, inside, parse_image_env
 from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
 from ctrain.container.spec import Bind, Overlay, RunSpec
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import SpecError
+from ctrain.releases import RuntimeVersion
 
 CH = Charliecloud()
 

@@ -1,4 +1,4 @@
-"""The pyxis runtime: enroot's image form, the srun step ``ctrain exec --runtime pyxis`` runs,
+"""The pyxis runtime: the srun step ``ctrain exec --runtime pyxis`` runs,
 and its refusals (facts: docs/pyxis-facts.md)."""
 
 from __future__ import annotations
@@ -7,49 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.container.pyxis import enroot_image, env_names, mounts_value
+from ctrain.container.pyxis import env_names, mounts_value
 from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
 from ctrain.container.spec import Bind
-from ctrain.container.versions import RuntimeVersion
 from ctrain.errors import CtrainError, SpecError
+from ctrain.releases import RuntimeVersion
 from tests.helpers import run_ctrain, sandbox
 
 
 def version_of(program: str) -> RuntimeVersion:
     raise AssertionError("pyxis asks no version")
-
-
-@pytest.mark.parametrize(
-    ("given", "expected"),
-    [
-        ("docker://nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
-        ("docker://127.0.0.1:5000/ctrain:ci-cpu", "127.0.0.1:5000#ctrain:ci-cpu"),
-        ("docker://localhost/lab/ctrain:1", "localhost#lab/ctrain:1"),
-        ("docker://ubuntu:24.04", "ubuntu:24.04"),
-        ("docker://lab/ctrain:1", "lab/ctrain:1"),  # Docker Hub: no registry part
-        ("docker-daemon://ctrain:ci-cpu", "dockerd://ctrain:ci-cpu"),
-        ("docker-daemon:ctrain:ci-cpu", "dockerd://ctrain:ci-cpu"),
-        ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
-        ("/scratch/ctrain.sqsh", "/scratch/ctrain.sqsh"),
-        ("images/ctrain.sqsh", "/work/images/ctrain.sqsh"),
-        ("./a#b.sqsh", "/work/a#b.sqsh"),
-    ],
-)
-def test_enroot_image(given: str, expected: str) -> None:
-    assert enroot_image(given, "/work") == expected
-
-
-@pytest.mark.parametrize(
-    ("given", "words"),
-    [
-        ("oras://ghcr.io/lab/ctrain:1", "docker:// and docker-daemon://"),
-        ("library://lab/ctrain", "docker:// and docker-daemon://"),
-        ("/scratch/ctrain.sif", "not the SIF file"),
-    ],
-)
-def test_enroot_image_refuses(given: str, words: str) -> None:
-    with pytest.raises(SpecError, match=words):
-        enroot_image(given, "/work")
 
 
 def test_mounts_and_names() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctrain.container.pyxis import Pyxis, enroot_image, mounts_value
+from ctrain.container.pyxis import Pyxis, mounts_value
 from ctrain.container.spec import Bind, Overlay, RunSpec
 from ctrain.errors import SpecError
 
@@ -160,47 +160,6 @@ def test_notes(fields: dict[str, object], expected: list[str]) -> None:
 )
 def test_image_file(image: str, expected: str | None) -> None:
     assert Pyxis().image_file(image) == expected
-
-
-@pytest.mark.parametrize(
-    ("image", "message", "fix"),
-    [
-        (
-            "oras://ghcr.io/lab/c:1",
-            "pyxis cannot import oras://ghcr.io/lab/c:1: enroot takes docker:// and "
-            "docker-daemon:// images",
-            "give a docker:// reference or a squashfs file (enroot import -o FILE.sqsh docker://...)",
-        ),
-        (
-            "/s/c.sif",
-            "pyxis runs squashfs files made by enroot, not the SIF file /s/c.sif",
-            "give the docker:// reference, or a file made by enroot import -o FILE.sqsh",
-        ),
-    ],
-)
-def test_enroot_image_refusals(image: str, message: str, fix: str) -> None:
-    with pytest.raises(SpecError) as caught:
-        enroot_image(image, "/w")
-    assert (caught.value.message, caught.value.fix) == (message, fix)
-
-
-@pytest.mark.parametrize(
-    ("given", "expected"),
-    [
-        ("docker://registry.lab:5000/a/b#c:1", "registry.lab:5000/a/b#c:1"),
-        ("docker://lab.io/team/a/b:1", "lab.io#team/a/b:1"),
-        ("docker://registry:5000/lab/c:1", "registry:5000#lab/c:1"),  # a port, no dot
-        ("docker://ctrain", "ctrain"),
-        ("docker-daemon://a/b:1", "dockerd://a/b:1"),
-        ("a#b.sqsh", "a#b.sqsh"),
-        ("/s/a#b.sqsh", "/s/a#b.sqsh"),
-        ("/s//x/./c.sqsh", "/s//x/./c.sqsh"),  # absolute: as written, not normalised
-        ("./c.sqsh", "/w/c.sqsh"),
-        ("c.sif.sqsh", "/w/c.sif.sqsh"),
-    ],
-)
-def test_enroot_image_more_forms(given: str, expected: str) -> None:
-    assert enroot_image(given, "/w") == expected
 
 
 @pytest.mark.parametrize("path", ["/data/a,b", "/x:y"])

@@ -17,9 +17,10 @@ import pytest
 
 from ctrain.container.docker import mount
 from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, runtime_named
-from ctrain.container.spec import Bind, parse_bind, parse_env_file
-from ctrain.container.versions import RuntimeVersion, parse_version
+from ctrain.container.spec import Bind, parse_bind
 from ctrain.errors import CtrainError, SpecError
+from ctrain.releases import RuntimeVersion, parse_version
+from ctrain.util.envpairs import parse_env_file
 from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "unit" / "golden" / "runtimes.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.container import planner
+from ctrain import planner
 from ctrain.errors import ConfigError
 from ctrain.images.resolve import ImageChoice
 from ctrain.images.sif import new_sidecar, sidecar_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.container import versions
+from ctrain import releases
 
 PROGRAM = """#!/bin/sh
 echo run >> "{count}"
@@ -42,23 +42,23 @@ def runs(count: Path) -> int:
     ],
 )
 def test_cache_file(environ: dict[str, str], where: str | None) -> None:
-    found = versions.cache_file(environ)
+    found = releases.cache_file(environ)
     assert (str(found) if found else None) == where
 
 
 def test_asked_once_then_read_and_asked_again_when_the_file_changes(tmp_path: Path) -> None:
     path, count = program(tmp_path)
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    first = versions.installed_version(str(path), env)
-    second = versions.installed_version(str(path), env)
-    assert first == second == versions.RuntimeVersion("apptainer", (1, 4, 5), first.text)
+    first = releases.installed_version(str(path), env)
+    second = releases.installed_version(str(path), env)
+    assert first == second == releases.RuntimeVersion("apptainer", (1, 4, 5), first.text)
     assert runs(count) == 1
     program(tmp_path, "1.5.3")  # upgraded in place
-    upgraded = versions.installed_version(str(path), env)
+    upgraded = releases.installed_version(str(path), env)
     assert upgraded.number == (1, 5, 3) and runs(count) == 2
-    recorded = json.loads((tmp_path / "cache" / versions.CACHE_FILE).read_text())
+    recorded = json.loads((tmp_path / "cache" / releases.CACHE_FILE).read_text())
     assert recorded == {
-        str(path): {"file": versions.identity(str(path))[1], "version": "apptainer version 1.5.3"}  # type: ignore[index]
+        str(path): {"file": releases.identity(str(path))[1], "version": "apptainer version 1.5.3"}  # type: ignore[index]
     }
 
 
@@ -67,32 +67,32 @@ def test_a_link_is_recorded_under_the_file_it_names(tmp_path: Path) -> None:
     link = tmp_path / "apptainer-link"
     link.symlink_to(path)
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    versions.installed_version(str(link), env)
-    versions.installed_version(str(path), env)
+    releases.installed_version(str(link), env)
+    releases.installed_version(str(path), env)
     assert runs(count) == 1
 
 
 @pytest.mark.parametrize("content", ["", "{not json", "[]", '{"x": 1}'])
 def test_a_damaged_cache_is_passed_over_and_written_anew(tmp_path: Path, content: str) -> None:
     path, count = program(tmp_path)
-    cache = tmp_path / "cache" / versions.CACHE_FILE
+    cache = tmp_path / "cache" / releases.CACHE_FILE
     cache.parent.mkdir(parents=True)
     cache.write_text(content)
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    assert versions.installed_version(str(path), env).number == (1, 4, 5)
-    assert versions.installed_version(str(path), env).number == (1, 4, 5)
+    assert releases.installed_version(str(path), env).number == (1, 4, 5)
+    assert releases.installed_version(str(path), env).number == (1, 4, 5)
     assert runs(count) == 1
 
 
 def test_a_recorded_line_that_is_no_version_is_asked_again(tmp_path: Path) -> None:
     path, count = program(tmp_path)
-    key = versions.identity(str(path))
+    key = releases.identity(str(path))
     assert key is not None
-    cache = tmp_path / "cache" / versions.CACHE_FILE
+    cache = tmp_path / "cache" / releases.CACHE_FILE
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps({key[0]: {"file": key[1], "version": "garbage"}}))
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    assert versions.installed_version(str(path), env).number == (1, 4, 5)
+    assert releases.installed_version(str(path), env).number == (1, 4, 5)
     assert runs(count) == 1
 
 
@@ -101,6 +101,6 @@ def test_no_cache_to_write_still_answers(tmp_path: Path) -> None:
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")
     for env in ({"XDG_CACHE_HOME": str(blocked)}, {}):
-        assert versions.installed_version(str(path), env).number == (1, 4, 5)
+        assert releases.installed_version(str(path), env).number == (1, 4, 5)
     assert runs(count) == 2  # asked each time
     assert blocked.read_text() == ""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from ctrain.container import versions
+from ctrain import releases
 from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import resolve
@@ -80,7 +80,7 @@ def plan(
         which,
         gpus,
         extra,
-        version_of=lambda program: versions.installed_version(program, environ),
+        version_of=lambda program: releases.installed_version(program, environ),
     )
     return Planned(invocation, choice)
 
