@@ -217,6 +217,19 @@ def test_a_definition_refuses_the_other_flavours_pins(flavour: str, tmp_path: Pa
             assert f"FLAVOUR={given}" in done.stderr and "Fix:" in done.stderr
 
 
+def test_the_two_definitions_differ_only_in_their_flavour_and_help() -> None:
+    """Outside the header comment and %help, each is the other with "cpu" and "gpu" swapped (and
+    the Makefile's target of each, image-cpu and image)."""
+
+    def body(flavour: str) -> str:
+        text = (DEFS / f"ctrain-{flavour}.def").read_text().split("\n%help")[0]
+        text = text.replace("make image-cpu", "make image")
+        lines = [line for line in text.splitlines() if not line.startswith("#")]
+        return "\n".join(lines).replace(flavour, "FLAVOUR")
+
+    assert body("cpu") == body("gpu")
+
+
 @pytest.mark.parametrize("name", ["ctrain-gpu.def", "ctrain-cpu.def", "from-docker.def"])
 def test_definition_sections(name: str, tmp_path: Path) -> None:
     recipe, text = parse_def(name, tmp_path)
