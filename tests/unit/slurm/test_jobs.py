@@ -20,6 +20,7 @@ import ctrain
 from ctrain.cli import main
 from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
+from ctrain.settings import BY_NAME
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from tests.helpers import REPO, need, sandbox
@@ -137,6 +138,14 @@ def test_templates_are_what_render_prints_by_default(mode: str) -> None:
     """The shipped scripts run as they are, and are the renderer's output for the defaults."""
     text = (TEMPLATES / f"{mode}.sbatch").read_text()
     assert jobs.render(JobRequest(mode, ("python", "train.py"))) == text
+
+
+@pytest.mark.parametrize("mode", JOB_MODES)
+def test_the_templates_default_image_is_the_image_settings_default(mode: str) -> None:
+    """A template runs as it is (sbatch jobs/MODE.sbatch) and so names its image; it is the one
+    ``ctrain exec`` and ``ctrain pull`` take by default (settings.py, the image's home)."""
+    text = (TEMPLATES / f"{mode}.sbatch").read_text()
+    assert f"\ndefault_image={BY_NAME['image'].default}\n" in text
 
 
 @pytest.mark.parametrize("mode", JOB_MODES)
