@@ -18,7 +18,7 @@ def examples() -> None:
 @examples.command("list")
 def list_() -> None:
     """Each example's file name and what it trains."""
-    from ctrain.train import examples as shipped
+    from ctrain.util import examples as shipped
 
     click.echo(shipped.listing(shipped.examples()), nl=False)
 
@@ -28,7 +28,7 @@ def list_() -> None:
 def copy(directory: Path) -> None:
     """Copy the examples into DIRECTORY (created if missing); an existing file is never
     replaced."""
-    from ctrain.train import examples as shipped
+    from ctrain.util import examples as shipped
 
     for path in shipped.copy(shipped.examples(), directory):
         click.echo(str(path))

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import ctrain
 from ctrain.cli import main
 from ctrain.errors import FileAccessError
-from ctrain.train import examples
+from ctrain.util import examples
 from tests.helpers import REPO
 
 
