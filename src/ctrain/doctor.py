@@ -24,7 +24,7 @@ from ctrain.errors import CtrainError
 from ctrain.images import cachedir
 from ctrain.launch.gpus import list_gpus
 from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
-from ctrain.settings import Resolved
+from ctrain.settings import Settings
 from ctrain.util import fs, proc
 
 Status = Literal["PASS", "WARN", "FAIL"]
@@ -204,12 +204,12 @@ def check_podman(
     return Check("podman", "PASS", f"{detail}; {name} has subordinate uids and gids")
 
 
-def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
+def check_cache(environ: Mapping[str, str], settings: Settings) -> Check:
     try:
         choice = cachedir.resolve_cache_dir(settings, environ, accept_home=True)
     except CtrainError as exc:
         return Check("cache", "WARN", exc.message, exc.fix)
-    needed = int(str(settings["min_free_gb"].value))
+    needed = settings.min_free_gb
     free = fs.free_bytes(choice.path)
     tmp = cachedir.build_tmpdir(settings, environ)
     detail = f"{choice.path} ({choice.source}), {fs.human(free)} free, temporary space {tmp}"
@@ -222,9 +222,9 @@ def check_cache(environ: Mapping[str, str], settings: Mapping[str, Resolved]) ->
     return Check("cache", "PASS", detail)
 
 
-def check_tmp(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> Check:
+def check_tmp(environ: Mapping[str, str], settings: Settings) -> Check:
     tmp = Path(environ.get("TMPDIR") or "/tmp")
-    needed = int(str(settings["min_free_gb"].value))
+    needed = settings.min_free_gb
     free = fs.free_bytes(tmp)
     detail = f"{tmp} (TMPDIR {'set' if environ.get('TMPDIR') else 'unset'}), {fs.human(free)} free"
     if free < needed * fs.GIB:
@@ -359,7 +359,7 @@ def _caller(environ: Mapping[str, str]) -> tuple[str, int]:
         return environ.get("USER") or str(uid), uid
 
 
-def run_checks(environ: Mapping[str, str], settings: Mapping[str, Resolved]) -> list[Check]:
+def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
     """Every check, in display order; the slow probes run side by side."""
     try:
         found = list_gpus(environ)

@@ -20,7 +20,7 @@ from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_
 from ctrain.container.spec import Action
 from ctrain.images import resolve
 from ctrain.launch.jobenv import GpuEnv
-from ctrain.settings import Resolved
+from ctrain.settings import Settings
 from ctrain.util import proc
 
 FUSE_DEVICE = "/dev/fuse"
@@ -38,34 +38,29 @@ def plan(
     command: tuple[str, ...],
     bind_flags: tuple[str, ...],
     env_pairs: tuple[str, ...],
-    s: Mapping[str, Resolved],
+    s: Settings,
     environ: Mapping[str, str],
 ) -> Planned:
     """The invocation these settings and arguments ask for, checked before anything runs."""
-    binds = s["binds"].value
-    overlay = s["overlay"].value
-    env_file = s["env_file"].value
-    workdir = s["cwd"].value
     request = Request(
-        runtime=str(s["runtime"].value),
+        runtime=s.runtime,
         action=action,
-        image=image or str(s["image"].value or ""),
+        image=image or s.image,
         command=command,
-        launch=bool(s["launch"].value),
-        nv=bool(s["nv"].value),
+        launch=s.launch,
+        nv=s.nv,
         binds=bind_flags,
-        overlay=str(overlay) if overlay else None,
+        overlay=s.overlay or None,
         env_pairs=env_pairs,
-        env_files=(str(env_file),) if env_file else (),
+        env_files=(s.env_file,) if s.env_file else (),
         cwd=os.getcwd(),
-        workdir=str(workdir) if workdir else None,
+        workdir=s.cwd or None,
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
         fuse=os.access(FUSE_DEVICE, os.R_OK | os.W_OK),
     )
     gpus = GpuEnv.from_environ(environ).visible
-    extra = tuple(binds) if isinstance(binds, tuple) else ()
 
     def which(name: str) -> str | None:
         return proc.which(name, environ)
@@ -79,15 +74,13 @@ def plan(
         environ,
         which,
         gpus,
-        extra,
+        s.binds,
         version_of=lambda program: releases.installed_version(program, environ),
     )
     return Planned(invocation, choice)
 
 
-def _hold_overlay_lock(
-    invocation: Invocation, s: Mapping[str, Resolved], environ: Mapping[str, str]
-) -> None:
+def _hold_overlay_lock(invocation: Invocation, s: Settings, environ: Mapping[str, str]) -> None:
     """An overlay is locked as Apptainer locks it (read for ``:ro``, write for read-write), for
     the life of the container process (the fd survives the exec)."""
     overlay = invocation.spec.overlay
@@ -101,14 +94,14 @@ def _hold_overlay_lock(
 def run(
     planned: Planned,
     again: Callable[[], Planned],
-    s: Mapping[str, Resolved],
+    s: Settings,
     environ: Mapping[str, str],
     say: Callable[[str], None],
 ) -> NoReturn:
     """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
     take the overlay lock, then exec the invocation."""
     if planned.image.pull is not None:
-        resolve.fetch(planned.image, environ, int(str(s["min_free_gb"].value)), say)
+        resolve.fetch(planned.image, environ, s.min_free_gb, say)
         planned = again()
     invocation = planned.invocation
     _hold_overlay_lock(invocation, s, environ)

@@ -160,6 +160,50 @@ class Resolved(NamedTuple):
     source: str  # "flag", "env CTRAIN_X", "file PATH:LINE" or "default"
 
 
+class Settings(NamedTuple):
+    """Every setting's effective value, typed as its parser returns it (``resolve``); ``sources``
+    says where each came from. The fields are the table's names, in its order (a test checks)."""
+
+    mode: str
+    collective: str
+    collective_timeout: int
+    port_base: int
+    runtime: str
+    image: str
+    cache_dir: str | None
+    allow_home_cache: bool
+    binds: tuple[str, ...]
+    nv: bool
+    overlay: str | None
+    env_file: str | None
+    cwd: str | None
+    launch: bool
+    dry_run: bool
+    show_secrets: bool
+    min_free_gb: int
+    build_tmpdir: str | None
+    progress: str
+    keep_proxies: bool
+    quiet: bool
+    keras: str
+    tune: str
+    data_dir: str | None
+    bench_workers: str
+    bench_model: str
+    bench_batch: int
+    bench_image_size: int
+    bench_steps: int
+    bench_iters: int
+    bench_warmup: int
+    bench_threads: int | None
+    bench_launcher: str
+    bench_launcher_args: str | None
+    bench_script: str | None
+    bench_timeout: int
+    bench_out: str
+    sources: Mapping[str, str]  # name -> "flag", "env CTRAIN_X", "file PATH:LINE" or "default"
+
+
 def config_files(environ: Mapping[str, str], cwd: str | os.PathLike[str]) -> list[str]:
     """Config files in precedence order, the first one winning. (os.path, not pathlib: this
     module is on `ctrain launch`'s start-up path.)"""
@@ -226,7 +270,7 @@ def read_config(path: str) -> dict[str, Resolved]:
 
 def resolve(
     flags: Mapping[str, Value], environ: Mapping[str, str], cwd: str | os.PathLike[str]
-) -> dict[str, Resolved]:
+) -> Settings:
     """The effective value of every setting and where it came from."""
     from_files: dict[str, Resolved] = {}
     for path in reversed(config_files(environ, cwd)):
@@ -249,7 +293,9 @@ def resolve(
             result[setting.name] = from_files[setting.name]
         else:
             result[setting.name] = Resolved(setting.default, "default")
-    return result
+    values = {name: found.value for name, found in result.items()}
+    sources = {name: found.source for name, found in result.items()}
+    return Settings(**values, sources=sources)  # type: ignore[arg-type]  # each parser's type
 
 
 def parse_flag(name: str, text: str | None) -> Value:

@@ -67,7 +67,7 @@ def test_a_nested_launch_reads_the_settings_not_the_outer_decisions(tmp_path: Pa
     assert outer.collective == "nccl"
     inner_environ = {**child_environ({}, outer), "HOME": str(tmp_path)}
     inner = resolve({}, inner_environ, tmp_path)
-    assert inner["collective"].value == "auto" and inner["mode"].value == "auto"
+    assert inner.collective == "auto" and inner.mode == "auto"
     assert Launched.from_env(inner_environ) == Launched(Mode.SINGLE, 0, 1, 0, 1, "nccl", 600)
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import types
+import typing
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from ctrain import settings
 from ctrain.cli import main
 from ctrain.errors import ConfigError
 from ctrain.settings import (
@@ -18,6 +21,11 @@ from ctrain.settings import (
     parse_flag,
     resolve,
 )
+
+
+def one(found: settings.Settings, name: str) -> tuple[object, str]:
+    """A setting's value and where it came from."""
+    return getattr(found, name), found.sources[name]
 
 
 @pytest.fixture
@@ -61,15 +69,16 @@ def test_precedence(
     if project:
         project_file.write_text(f'# site defaults\nmode = "{project}"\n')
     user_file = write_user(environ, f'mode = "{user}"\n' if user else "")
-    resolved = resolve({"mode": flag}, environ, cwd)["mode"]
-    assert resolved.value == value
-    assert resolved.source == source.format(project=project_file, user=user_file)
+    found = one(resolve({"mode": flag}, environ, cwd), "mode")
+    assert found == (value, source.format(project=project_file, user=user_file))
 
 
 def test_every_setting_resolves_to_its_default(dirs: tuple[Path, dict[str, str]]) -> None:
     cwd, environ = dirs
     resolved = resolve({}, environ, cwd)
-    assert {name: r.value for name, r in resolved.items()} == {s.name: s.default for s in SETTINGS}
+    assert {s.name: getattr(resolved, s.name) for s in SETTINGS} == {
+        s.name: s.default for s in SETTINGS
+    }
 
 
 def test_bench_settings_have_their_own_table() -> None:
@@ -83,13 +92,13 @@ def test_bench_settings_keep_the_precedence(dirs: tuple[Path, dict[str, str]]) -
     (cwd / "ctrain.toml").write_text('bench_model = "MobileNetV2"\nbench_steps = 7\n')
     environ["CTRAIN_BENCH_STEPS"] = "9"
     resolved = resolve({"bench_batch": 16}, environ, cwd)
-    assert (resolved["bench_batch"].value, resolved["bench_batch"].source) == (16, "flag")
-    assert (resolved["bench_steps"].value, resolved["bench_steps"].source) == (
+    assert (resolved.bench_batch, resolved.sources["bench_batch"]) == (16, "flag")
+    assert (resolved.bench_steps, resolved.sources["bench_steps"]) == (
         9,
         "env CTRAIN_BENCH_STEPS",
     )
-    assert resolved["bench_model"].value == "MobileNetV2"
-    assert resolved["bench_iters"].source == "default"
+    assert resolved.bench_model == "MobileNetV2"
+    assert resolved.sources["bench_iters"] == "default"
 
 
 def test_typed_values_from_env_and_file(dirs: tuple[Path, dict[str, str]]) -> None:
@@ -98,10 +107,10 @@ def test_typed_values_from_env_and_file(dirs: tuple[Path, dict[str, str]]) -> No
     environ["CTRAIN_QUIET"] = "yes"
     (cwd / "ctrain.toml").write_text("collective_timeout = 120\nkeep_proxies = true\n")
     resolved = resolve({}, environ, cwd)
-    assert resolved["binds"].value == ("/data:/data:ro", "/scratch")
-    assert resolved["quiet"].value is True
-    assert resolved["collective_timeout"].value == 120
-    assert resolved["keep_proxies"].value is True
+    assert resolved.binds == ("/data:/data:ro", "/scratch")
+    assert resolved.quiet is True
+    assert resolved.collective_timeout == 120
+    assert resolved.keep_proxies is True
 
 
 @pytest.mark.parametrize(
@@ -210,7 +219,7 @@ KNOWN = (
 )
 def test_flag_spellings(text: str, value: bool) -> None:
     assert parse_flag("quiet", text) is value
-    assert resolve({}, {"CTRAIN_QUIET": text}, "/nonexistent")["quiet"] == (
+    assert one(resolve({}, {"CTRAIN_QUIET": text}, "/nonexistent"), "quiet") == (
         value,
         "env CTRAIN_QUIET",
     )
@@ -306,25 +315,25 @@ def test_project_file_wins_per_setting_and_user_file_fills_in(
     (cwd / "ctrain.toml").write_text('mode = "mirrored"\n')
     user = write_user(environ, 'mode = "single"\nquiet = true\n')
     resolved = resolve({}, environ, cwd)
-    assert resolved["mode"] == ("mirrored", f"file {cwd / 'ctrain.toml'}:1")
-    assert resolved["quiet"] == (True, f"file {user}:2")
+    assert one(resolved, "mode") == ("mirrored", f"file {cwd / 'ctrain.toml'}:1")
+    assert one(resolved, "quiet") == (True, f"file {user}:2")
 
 
 def test_an_empty_flag_list_is_not_given_but_false_is(dirs: tuple[Path, dict[str, str]]) -> None:
     cwd, environ = dirs
     environ.update(CTRAIN_BINDS="/env", CTRAIN_QUIET="1", CTRAIN_MODE="single")
     resolved = resolve({"binds": (), "quiet": False, "mode": None}, environ, cwd)
-    assert resolved["binds"] == (("/env",), "env CTRAIN_BINDS")
-    assert resolved["quiet"] == (False, "flag")
-    assert resolved["mode"] == ("single", "env CTRAIN_MODE")
-    assert resolve({"binds": ("/f",)}, environ, cwd)["binds"] == (("/f",), "flag")
+    assert one(resolved, "binds") == (("/env",), "env CTRAIN_BINDS")
+    assert one(resolved, "quiet") == (False, "flag")
+    assert one(resolved, "mode") == ("single", "env CTRAIN_MODE")
+    assert one(resolve({"binds": ("/f",)}, environ, cwd), "binds") == (("/f",), "flag")
 
 
 def test_an_empty_env_value_is_a_value(dirs: tuple[Path, dict[str, str]]) -> None:
     cwd, environ = dirs
     (cwd / "ctrain.toml").write_text("dry_run = true\n")
     environ["CTRAIN_DRY_RUN"] = ""
-    assert resolve({}, environ, cwd)["dry_run"] == (False, "env CTRAIN_DRY_RUN")
+    assert one(resolve({}, environ, cwd), "dry_run") == (False, "env CTRAIN_DRY_RUN")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +346,8 @@ def test_toml_values_by_type(dirs: tuple[Path, dict[str, str]]) -> None:
         'binds = ["/a:/b:ro", "/c"]\nimage = 5\nport_base = "21000"\nbench_steps = 9\n'
         'nv = false\nlaunch = true\nkeras = "3"\n'
     )
-    values = {name: r.value for name, r in resolve({}, environ, cwd).items()}
+    found = resolve({}, environ, cwd)
+    values = {s.name: getattr(found, s.name) for s in SETTINGS}
     assert values["binds"] == ("/a:/b:ro", "/c")
     assert values["image"] == "5"
     assert values["port_base"] == 21000
@@ -432,3 +442,44 @@ def test_an_unreadable_config_file(dirs: tuple[Path, dict[str, str]]) -> None:
     with pytest.raises(ConfigError) as caught:
         resolve({}, environ, cwd)
     assert caught.value.message == f"cannot read {path}: [Errno 21] Is a directory: '{path}'"
+
+
+def _is(value: object, annotation: object) -> bool:
+    """Whether ``value`` is of the type ``annotation`` (the kinds Settings uses)."""
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        return any(_is(value, arm) for arm in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if typing.get_origin(annotation) is tuple:
+        return isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, annotation)  # type: ignore[arg-type]
+
+
+def test_settings_fields_are_the_table_and_typed_as_its_parsers_return() -> None:
+    hints = typing.get_type_hints(settings.Settings)
+    assert list(hints) == [s.name for s in settings.SETTINGS] + ["sources"]
+    for setting in settings.SETTINGS:
+        assert _is(setting.default, hints[setting.name]), setting.name
+    examples = {"str": "x", "int": "3", "bool": "yes", "tuple": "a,b"}
+    for setting in settings.SETTINGS:
+        for text in examples.values():
+            try:
+                parsed = setting.parse(text)
+            except ValueError:
+                continue
+            assert _is(parsed, hints[setting.name]), (setting.name, text, parsed)
+
+
+def test_resolve_gives_each_setting_its_type_and_source(tmp_path: Path) -> None:
+    environ = {"HOME": str(tmp_path), "CTRAIN_MIN_FREE_GB": "7", "CTRAIN_BINDS": "/a,/b:/c"}
+    found = settings.resolve({"nv": True}, environ, tmp_path)
+    assert (found.min_free_gb, found.binds, found.nv, found.image) == (
+        7,
+        ("/a", "/b:/c"),
+        True,
+        settings.BY_NAME["image"].default,
+    )
+    assert found.sources["min_free_gb"] == "env CTRAIN_MIN_FREE_GB"
+    assert (found.sources["nv"], found.sources["image"]) == ("flag", "default")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from ctrain.settings import Resolved
+    from ctrain.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +46,7 @@ def setting_option(
     return click.option(flag, *decls, name, cls=SettingOption, setting=name, **kwargs)
 
 
-def settings_from(flags: dict[str, str | None]) -> dict[str, Resolved]:
+def settings_from(flags: dict[str, str | None]) -> Settings:
     from ctrain.settings import Value, parse_flag, resolve
 
     parsed: dict[str, Value] = {name: parse_flag(name, text) for name, text in flags.items()}

@@ -14,7 +14,7 @@ from ctrain.errors import ConfigError
 from ctrain.names import BENCH_LAUNCHER_CHOICES, MODE_CHOICES
 
 if TYPE_CHECKING:
-    from ctrain.settings import Value
+    pass
 
 FLAGS = {
     "bench_workers": "--workers",
@@ -82,28 +82,28 @@ def bench(**flags: str | None) -> None:
     from ctrain.bench import core as benching
     from ctrain.bench import run
 
-    s = {name: r.value for name, r in settings_from(checked(flags)).items()}
-    script = None if s["bench_script"] is None else Path(str(s["bench_script"]))
+    s = settings_from(checked(flags))
+    script = None if s.bench_script is None else Path(s.bench_script)
     if script is not None and not script.is_file():
         raise ConfigError(
             f"no benchmark script at {script}",
             "give --script an existing file, or leave it out to run ctrain's own benchmark",
         )
     options = benching.BenchOptions(
-        workers=benching.parse_workers(str(s["bench_workers"])),
-        mode=str(s["mode"]),
-        model=str(s["bench_model"]),
-        batch=_count(s["bench_batch"]),
-        image_size=_count(s["bench_image_size"]),
-        steps=_count(s["bench_steps"]),
-        iters=_count(s["bench_iters"]),
-        warmup=_count(s["bench_warmup"]),
-        threads=_count(s["bench_threads"]),
-        launcher=str(s["bench_launcher"]),
-        launcher_args=tuple(shlex.split(str(s["bench_launcher_args"] or ""))),
-        timeout=float(_count(s["bench_timeout"])),
+        workers=benching.parse_workers(s.bench_workers),
+        mode=s.mode,
+        model=s.bench_model,
+        batch=s.bench_batch,
+        image_size=s.bench_image_size,
+        steps=s.bench_steps,
+        iters=s.bench_iters,
+        warmup=s.bench_warmup,
+        threads=s.bench_threads or 0,  # unset: TensorFlow's own
+        launcher=s.bench_launcher,
+        launcher_args=tuple(shlex.split(s.bench_launcher_args or "")),
+        timeout=float(s.bench_timeout),
     )
-    out = Path(str(s["bench_out"]))
+    out = Path(s.bench_out)
     command = shlex.join(["ctrain", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else ""
     report = run.run(
         options,
@@ -122,11 +122,6 @@ def bench(**flags: str | None) -> None:
         click.echo(f"{kind}: {path}")
     if "plot" not in paths:
         click.echo("plot: not drawn, matplotlib is not installed here (pip install matplotlib)")
-
-
-def _count(value: Value) -> int:
-    """A positive-integer setting's value (settings parsed it); unset is 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _ctrain_beside(python: str) -> str:

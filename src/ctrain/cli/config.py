@@ -18,20 +18,21 @@ def config_show(as_json: bool) -> None:
     """Every effective setting and where it came from."""
     import json
 
-    from ctrain.settings import BY_NAME
+    from ctrain.settings import SETTINGS
 
     resolved = settings_from({})
+    found = [(s, getattr(resolved, s.name), resolved.sources[s.name]) for s in SETTINGS]
     if as_json:
         rows = {
-            name: {
-                "value": list(r.value) if isinstance(r.value, tuple) else r.value,
-                "source": r.source,
-                "env": BY_NAME[name].env,
+            setting.name: {
+                "value": list(value) if isinstance(value, tuple) else value,
+                "source": source,
+                "env": setting.env,
             }
-            for name, r in resolved.items()
+            for setting, value, source in found
         }
         click.echo(json.dumps(rows, indent=2))
         return
-    for name, r in resolved.items():
-        value = ",".join(r.value) if isinstance(r.value, tuple) else r.value
-        click.echo(f"{name:<20} {value!s:<42} {r.source}")
+    for setting, value, source in found:
+        shown = ",".join(value) if isinstance(value, tuple) else value
+        click.echo(f"{setting.name:<20} {shown!s:<42} {source}")

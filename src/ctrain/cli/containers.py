@@ -68,8 +68,8 @@ def _run(
 
     planned = plan()
     invocation = planned.invocation
-    if s["dry_run"].value:
-        reveal = bool(s["show_secrets"].value)
+    if s.dry_run:
+        reveal = s.show_secrets
         click.echo("\n".join(runtimes.describe(invocation, os.environ, reveal)))
         pending = planned.image.pull
         if pending is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -20,7 +20,7 @@ from ctrain.names import DOCKER, ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RU
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
-    from ctrain.settings import Resolved
+    from ctrain.settings import Settings
     from ctrain.util.progress import Reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,7 +30,7 @@ def _say(line: str) -> None:
     click.echo(f"ctrain: {line}", err=True)
 
 
-def _cache_choice(s: Mapping[str, Resolved], small: bool = False) -> CacheChoice:
+def _cache_choice(s: Settings, small: bool = False) -> CacheChoice:
     """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
     lives in the engine's store) accepts $HOME without --allow-home-cache."""
     from ctrain.images import cachedir
@@ -46,11 +46,11 @@ def _runtime(requested: str) -> tuple[str, str]:
     return runtime.name, program
 
 
-def _reporter(s: Mapping[str, Resolved], verb: str) -> Reporter:
+def _reporter(s: Settings, verb: str) -> Reporter:
     """Progress on stderr: a bar on a terminal, else lines (the `progress` setting)."""
     from ctrain.util import progress
 
-    return progress.reporter(str(s["progress"].value), verb, sys.stderr, os.environ)
+    return progress.reporter(s.progress, verb, sys.stderr, os.environ)
 
 
 def _cache_options(func: F) -> F:
@@ -98,14 +98,14 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     from ctrain.images.store import PullAsk, Pulling
 
     s = settings_from(flags)
-    runtime, program = _runtime(str(s["runtime"].value))
-    reference = ref if ref is not None else str(s["image"].value or "")
+    runtime, program = _runtime(s.runtime)
+    reference = ref if ref is not None else s.image
     choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
     plan = pulling.plan(
         PullAsk(reference, runtime, program, output, choice.path, force, Path.is_dir)
     )
     cachedir.ensure_dirs(choice)
-    min_free_gb = int(str(s["min_free_gb"].value))
+    min_free_gb = s.min_free_gb
     tmpdir = cachedir.build_tmpdir(s, os.environ)
     show = _reporter(s, "pull")
 
@@ -153,10 +153,10 @@ def resolve(image: str | None, **flags: str | None) -> None:
     from ctrain.images import resolve as resolving
 
     s = settings_from(flags)
-    runtime, program = _runtime(str(s["runtime"].value))
-    reference = image if image is not None else str(s["image"].value or "")
+    runtime, program = _runtime(s.runtime)
+    reference = image if image is not None else s.image
     choice = resolving.choose(reference, runtime, program, s, os.environ)
-    resolving.fetch(choice, os.environ, int(str(s["min_free_gb"].value)), _say)
+    resolving.fetch(choice, os.environ, s.min_free_gb, _say)
     click.echo(choice.image)
 
 
@@ -272,7 +272,7 @@ def build(
     from ctrain.images import cachedir
 
     s = settings_from(flags)
-    runtime, program = _runtime(str(s["runtime"].value))
+    runtime, program = _runtime(s.runtime)
     if runtime == HOST:
         raise ConfigError("the host runtime builds no images", "use --runtime apptainer or docker")
     request = building.BuildRequest(
@@ -292,7 +292,7 @@ def build(
             request,
             os.environ,
             _cache_choice(s) if sif else None,
-            int(str(s["min_free_gb"].value)),
+            s.min_free_gb,
             cachedir.build_tmpdir(s, os.environ),
             show,
         )

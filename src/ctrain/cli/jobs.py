@@ -60,12 +60,12 @@ def _request(mode: str, **flags: Any) -> JobRequest:
 
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
     settings = settings_from({"image": flags.pop("image"), "runtime": flags.pop("runtime")})
-    image, runtime = settings["image"], settings["runtime"]
+    given = {name: settings.sources[name] != "default" for name in ("image", "runtime")}
     return JobRequest(
         mode=mode,
         command=command,
-        image=str(image.value) if image.source != "default" else None,
-        runtime=str(runtime.value) if runtime.source != "default" else None,
+        image=settings.image if given["image"] else None,
+        runtime=settings.runtime if given["runtime"] else None,
         **flags,
     )
 

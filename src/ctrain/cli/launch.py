@@ -37,4 +37,4 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
     if explain:
         click.echo(start.explain(plan, as_json))
         return
-    start.exec_plan(plan, command, os.environ, quiet=bool(s["quiet"].value))
+    start.exec_plan(plan, command, os.environ, quiet=s.quiet)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
-from ctrain.settings import Resolved
+from ctrain.settings import Settings
 from ctrain.util import fs, locks
 
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")
@@ -52,11 +52,10 @@ def is_under(path: Path, home: str | None) -> bool:
     return path.resolve(strict=False).is_relative_to(root)
 
 
-def _configured(s: Mapping[str, Resolved]) -> tuple[Path, str] | None:
+def _configured(s: Settings) -> tuple[Path, str] | None:
     """The ``cache_dir`` setting and its source, when someone set it (blank counts as unset)."""
-    setting = s["cache_dir"]
-    text = str(setting.value or "").strip()
-    return (Path(text), setting.source) if text else None
+    text = (s.cache_dir or "").strip()
+    return (Path(text), s.sources["cache_dir"]) if text else None
 
 
 def _from_runtime_env(
@@ -100,7 +99,7 @@ def _from_scratch(
 
 
 def resolve_cache_dir(
-    s: Mapping[str, Resolved],
+    s: Settings,
     environ: Mapping[str, str],
     exists: Callable[[Path], bool] = Path.exists,
     *,
@@ -122,7 +121,7 @@ def resolve_cache_dir(
     )
     if found is not None:
         return CacheChoice(found[0], found[1], is_under(found[0], home))
-    allow_home = accept_home or bool(s["allow_home_cache"].value)
+    allow_home = accept_home or s.allow_home_cache
     if allow_home and home:
         path = Path(home) / HOME_DEFAULT
         return CacheChoice(path, "$HOME default", is_under(path, home))
@@ -158,11 +157,11 @@ def enroot_env(choice: CacheChoice, tmpdir: Path) -> dict[str, str]:
     }
 
 
-def build_tmpdir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+def build_tmpdir(s: Settings, environ: Mapping[str, str]) -> Path:
     """Where ``apptainer pull`` and ``build`` unpack layers and make squashfs (their
     ``build-temp-*``): the ``build_tmpdir`` setting, else the node-local $TMPDIR, else /tmp;
     never the cache's (often parallel) filesystem by default, where fakeroot builds fail."""
-    given = str(s["build_tmpdir"].value or "").strip()
+    given = (s.build_tmpdir or "").strip()
     return Path(given) if given else node_local_tmp(environ)
 
 

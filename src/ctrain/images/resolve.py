@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal
 from ctrain.errors import ConfigError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
 from ctrain.names import CACHED_RUNTIMES, PYXIS, is_remote
-from ctrain.settings import Resolved
+from ctrain.settings import Settings
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
@@ -81,7 +81,7 @@ def choose(
     image: str,
     runtime: str,
     program: str,
-    s: Mapping[str, Resolved],
+    s: Settings,
     environ: Mapping[str, str],
 ) -> ImageChoice:
     """The image ``runtime`` runs for ``image``, and the pull to run first if any."""

@@ -15,7 +15,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, KERAS_2, Launched, Mode
-from ctrain.settings import Resolved
+from ctrain.settings import Settings
 from ctrain.util.secrets import masked
 from ctrain.util.shipped import shipped_dir
 
@@ -52,15 +52,15 @@ class LaunchOptions(NamedTuple):
     tune: str = AUTO
 
     @classmethod
-    def from_settings(cls, s: Mapping[str, Resolved]) -> LaunchOptions:
+    def from_settings(cls, s: Settings) -> LaunchOptions:
         return cls(
-            mode=str(s["mode"].value),
-            collective=str(s["collective"].value),
-            collective_timeout=int(str(s["collective_timeout"].value)),
-            port_base=int(str(s["port_base"].value)),
-            keep_proxies=bool(s["keep_proxies"].value),
-            keras=str(s["keras"].value),
-            tune=str(s["tune"].value),
+            mode=s.mode,
+            collective=s.collective,
+            collective_timeout=s.collective_timeout,
+            port_base=s.port_base,
+            keep_proxies=s.keep_proxies,
+            keras=s.keras,
+            tune=s.tune,
         )
 
 

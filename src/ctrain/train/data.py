@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrain.errors import DataError
-from ctrain.settings import Resolved, resolve
+from ctrain.settings import Settings, resolve
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 SPLIT_NAMES = ("train", "validation", "test")
@@ -32,11 +32,11 @@ INFO = "dataset_info.json"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def data_dir(s: Mapping[str, Resolved], environ: Mapping[str, str]) -> Path:
+def data_dir(s: Settings, environ: Mapping[str, str]) -> Path:
     """The data directory: the ``data_dir`` setting as ``s`` resolved it (flag >
     CTRAIN_DATA_DIR > ./ctrain.toml > user config), else TFDS_DATA_DIR, else
     ~/tensorflow_datasets."""
-    for value in (s["data_dir"].value, environ.get("TFDS_DATA_DIR")):
+    for value in (s.data_dir, environ.get("TFDS_DATA_DIR")):
         if value:
             return _expand_home(str(value), environ)
     return _expand_home("~/tensorflow_datasets", environ)
