@@ -75,12 +75,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import Sandbox
+from tests.helpers import Sandbox, sandbox
 from tests.standin.remote import DEFAULT_PATH, modelled
 from tests.standin.sif import is_sif, make_sif, sif_bytes
 
 __all__ = ["DEFAULT_PATH", "calls", "ctrain_image_env", "downloads", "install", "is_sif",
-           "make_sif", "pulled_bytes", "sif_bytes"]  # fmt: skip
+           "make_sif", "pulled_bytes", "sif_bytes", "with_standin"]  # fmt: skip
 ROOT = Path(__file__).resolve().parent.parent  # the checkout holding tests/standin
 
 
@@ -94,6 +94,16 @@ def install(bin_dir: Path, name: str = "apptainer") -> Path:
     )
     program.chmod(0o755)
     return program
+
+
+def with_standin(root: Path, *programs: str, **extra: str) -> Sandbox:
+    """The tests' sandbox under ``root`` (helpers.sandbox) with the stand-in installed as each of
+    ``programs`` (default: apptainer) and its log at ``root/calls.jsonl`` ($FAKE_APPTAINER_LOG);
+    ``extra`` adds variables."""
+    box = sandbox(root, FAKE_APPTAINER_LOG=str(root / "calls.jsonl"), **extra)
+    for name in programs or ("apptainer",):
+        install(box.bin, name)
+    return box
 
 
 def calls(log_file: Path) -> list[dict[str, object]]:

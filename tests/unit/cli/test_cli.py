@@ -19,7 +19,7 @@ from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
 from tests import fake_apptainer
-from tests.helpers import REPO, sandbox, wait_for
+from tests.helpers import REPO, wait_for
 
 COMMANDS = [
     "exec",
@@ -272,8 +272,7 @@ def test_exec_of_a_local_image_imports_one_adapter_and_no_pull(
 ) -> None:
     """Start-up is part of every exec: the runtime's adapter alone, none of the pull machinery
     (benchmarks/apptainer_exec.py measures it)."""
-    box = sandbox(tmp_path)
-    fake_apptainer.install(box.bin)
+    box = fake_apptainer.with_standin(tmp_path)
     image = tmp_path / "img.sif"
     fake_apptainer.make_sif(image, {})
     args = ["exec", "--runtime", runtime, "--dry-run", "--no-launch", str(image), "--", "true"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox
+from tests.helpers import run_ctrain
 
 AWKWARD = "$HOME `echo hi` \"quoted\" 'single' a,b spaces\nnewline and a trailing \\"
 # The command: writes the variables named after the output file, one JSON object.
@@ -24,9 +24,7 @@ DUMP = "import json, os, sys; json.dump({k: os.environ.get(k) for k in sys.argv[
 
 @pytest.fixture
 def box(tmp_path: Path) -> dict[str, str]:
-    env = sandbox(tmp_path, FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"), SLURM_JOB_ID="7")
-    for name in ("apptainer", "singularity"):
-        fake_apptainer.install(env.bin, name)
+    env = fake_apptainer.with_standin(tmp_path, "apptainer", "singularity", SLURM_JOB_ID="7")
     fake_apptainer.make_sif(tmp_path / "img.sif", fake_apptainer.ctrain_image_env())
     return {**env.env, "CTRAIN_CACHE_DIR": str(tmp_path / "cache"), "CTRAIN_MIN_FREE_GB": "1"}
 

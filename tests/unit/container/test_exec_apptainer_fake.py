@@ -18,20 +18,19 @@ from pathlib import Path
 import pytest
 
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox
+from tests.helpers import run_ctrain
 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> dict[str, str]:
-    box = sandbox(
+    box = fake_apptainer.with_standin(
         tmp_path,
-        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
+        "apptainer",
+        "singularity",
         SLURM_JOB_ID="7",
         PYTHONPATH="/leak",
         FAKE_APPTAINER_IMAGE_ENV=json.dumps(fake_apptainer.ctrain_image_env()),
     )
-    for name in ("apptainer", "singularity"):
-        fake_apptainer.install(box.bin, name)
     fake_apptainer.make_sif(tmp_path / "img.sif", fake_apptainer.ctrain_image_env())
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "marker").write_text("seen")

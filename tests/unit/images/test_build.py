@@ -19,20 +19,18 @@ from ctrain.images.build import (
     sif_build_argv,
 )
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox
+from tests.helpers import run_ctrain
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    box = sandbox(
+    box = fake_apptainer.with_standin(
         tmp_path,
-        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
         CTRAIN_CACHE_DIR=str(tmp_path / "cache"),
         CTRAIN_MIN_FREE_GB="1",
         TMPDIR=str(tmp_path / "node-tmp"),
     )
     (tmp_path / "node-tmp").mkdir()
-    fake_apptainer.install(box.bin)
     (tmp_path / "ctrain.def").write_text(
         "Bootstrap: docker-daemon\nFrom: ctrain:{{ V }}\n\n%arguments\n    V=0.1.0\n"
     )

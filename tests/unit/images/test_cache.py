@@ -280,14 +280,9 @@ def test_cli_clean_keeps_the_work_of_a_running_pull(tmp_path: Path) -> None:
     r = tmp_path / "cache"
     for name in WORK:
         put(r / name, age_days=60)
-    box = sandbox(
-        tmp_path,
-        CTRAIN_CACHE_DIR=str(r),
-        CTRAIN_MIN_FREE_GB="1",
-        FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"),
-        FAKE_APPTAINER_DELAY="60",
+    box = fake_apptainer.with_standin(
+        tmp_path, CTRAIN_CACHE_DIR=str(r), CTRAIN_MIN_FREE_GB="1", FAKE_APPTAINER_DELAY="60"
     )
-    fake_apptainer.install(box.bin)
     pulling = start_ctrain("pull", "docker://registry.example/x:1", env=box.env, cwd=tmp_path)
     try:
         wait_for(lambda: any((r / "images").glob(".*.pull-*")), "the pull to start", 30)

@@ -18,7 +18,7 @@ import pytest
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import overlay
 from tests import fake_apptainer
-from tests.helpers import need, run_ctrain, sandbox, wait_for
+from tests.helpers import need, run_ctrain, wait_for
 
 MIB = 1024**2
 GIB = 1024**3
@@ -117,9 +117,7 @@ def test_tool_finder_looks_in_sbin() -> None:
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
-    box = sandbox(tmp_path, FAKE_APPTAINER_LOG=str(tmp_path / "calls.jsonl"))
-    fake_apptainer.install(box.bin)
-    return box.env
+    return fake_apptainer.with_standin(tmp_path).env
 
 
 def overlay_create(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

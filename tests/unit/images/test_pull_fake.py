@@ -13,7 +13,7 @@ import pytest
 
 from ctrain.images import refs, sif
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
+from tests.helpers import run_ctrain, snapshot, start_ctrain, wait_for
 
 REF_A = "docker://registry.example/team/train:1"
 REF_B = "docker://registry.example/team/train:2"
@@ -25,19 +25,17 @@ class Env:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.log = tmp / "apptainer-calls.jsonl"
+        self.log = tmp / "calls.jsonl"
         self.cache = tmp / "cache"
         self.node_tmp = tmp / "node-tmp"
         self.node_tmp.mkdir()
-        self.box = sandbox(
+        self.box = fake_apptainer.with_standin(
             tmp,
             USER="tester",
-            FAKE_APPTAINER_LOG=str(self.log),
             CTRAIN_CACHE_DIR=str(self.cache),
             CTRAIN_MIN_FREE_GB="1",
             TMPDIR=str(self.node_tmp),
         )
-        fake_apptainer.install(self.box.bin)
 
     def env(self, **extra: str) -> dict[str, str]:
         return self.box.with_env(**extra)
@@ -280,9 +278,7 @@ def files(directory: Path) -> dict[str, bytes | None]:
     return {
         k: v
         for k, v in snapshot(directory).items()
-        if k != "apptainer-calls.jsonl"
-        and not k.endswith(".lock")
-        and not k.startswith("cache/cache")
+        if k != "calls.jsonl" and not k.endswith(".lock") and not k.startswith("cache/cache")
     }
 
 

@@ -14,7 +14,7 @@ import pytest
 from ctrain.images import resolve
 from ctrain.names import RUNTIMES
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox
+from tests.helpers import run_ctrain
 
 REF = "docker://registry.example/team/train:1"
 TIMEOUT = 60
@@ -69,18 +69,16 @@ IN_STEP = {
 class Env:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.log = tmp / "apptainer-calls.jsonl"
+        self.log = tmp / "calls.jsonl"
         self.cache = tmp / "cache"
         self.target = self.cache / "images" / "docker_registry.example_team_train_1.sif"
-        self.box = sandbox(
+        self.box = fake_apptainer.with_standin(
             tmp,
             USER="tester",
-            FAKE_APPTAINER_LOG=str(self.log),
             CTRAIN_CACHE_DIR=str(self.cache),
             CTRAIN_MIN_FREE_GB="1",
             CTRAIN_RUNTIME="apptainer",
         )
-        fake_apptainer.install(self.box.bin)
 
     def ctrain(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
         env = self.box.with_env(**extra)
