@@ -80,13 +80,19 @@ def ctrain_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_ctrain(
-    *args: str, env: Mapping[str, str], cwd: Path | None = None, timeout: float = TIMEOUT
+    *args: str,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = TIMEOUT,
+    stdin: str = "",
 ) -> subprocess.CompletedProcess[str]:
-    """``ctrain ARGS`` to completion (or TimeoutExpired), output captured as text."""
+    """``ctrain ARGS`` to completion (or TimeoutExpired), ``stdin`` its input, output captured as
+    text."""
     return subprocess.run(
         [CTRAIN, *args],
         env=ctrain_env(env),
         cwd=cwd,
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,

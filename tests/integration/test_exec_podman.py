@@ -54,15 +54,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def ctrain(
     action: str, *args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CTRAIN, action, "--runtime", "podman", *args],
-        env=env or clean_env(),
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    argv = [action, "--runtime", "podman", *args]
+    return run_ctrain(*argv, env=env or clean_env(), cwd=cwd, timeout=TIMEOUT, stdin=stdin)
 
 
 def sh(image: str, script: str, *options: str, cwd: Path) -> subprocess.CompletedProcess[str]:

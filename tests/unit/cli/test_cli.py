@@ -19,7 +19,7 @@ from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
 from tests import fake_apptainer
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, run_ctrain, wait_for
 
 COMMANDS = [
     "exec",
@@ -126,13 +126,7 @@ def test_malformed_slurm_variable_is_one_line(monkeypatch: pytest.MonkeyPatch) -
 
 def ctrain(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real CLI in a fresh interpreter, stdout and stderr apart."""
-    return subprocess.run(
-        [sys.executable, "-m", "ctrain", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    return run_ctrain(*args, env=os.environ if env is None else env, timeout=60)
 
 
 def the_error_line(done: subprocess.CompletedProcess[str]) -> str:
