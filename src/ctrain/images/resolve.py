@@ -15,7 +15,7 @@ is used as it is: those references are returned as given. On pyxis a remote refe
 (``docker://...``) is imported once by ``enroot import`` (images.enroot, through the same pull
 machinery) and the squashfs file is returned, so the nodes of a step do not each import it; a
 local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned
-in enroot's form (container.pyxis).
+in enroot's form (ctrain.references).
 
 Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
 header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
