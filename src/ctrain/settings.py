@@ -125,6 +125,8 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         _choice(*TUNE_CHOICES),
     ),
     Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
+    Setting("doctor_network", False, "check the interconnect instead (ctrain doctor)", _flag),
+    Setting("check_network", False, "job scripts run ctrain doctor --network first", _flag),
 )
 
 # What only ``ctrain bench`` reads (env CTRAIN_BENCH_*).
@@ -188,6 +190,8 @@ class Settings(NamedTuple):
     keras: str
     tune: str
     data_dir: str | None
+    doctor_network: bool
+    check_network: bool
     bench_workers: str
     bench_model: str
     bench_batch: int

@@ -7,16 +7,27 @@ import sys
 
 import click
 
-from ctrain.cli._options import settings_from
+from ctrain.cli._options import setting_option, settings_from
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def doctor(as_json: bool) -> None:
-    """Check this machine: runtime, cache space, Slurm, GPUs, TensorFlow, Horovod."""
+@setting_option("doctor_network", is_flag=True, flag_value="true", flag="--network")
+def doctor(as_json: bool, doctor_network: str | None) -> None:
+    """Check this machine: runtime, cache space, Slurm, GPUs, TensorFlow, Horovod.
+
+    With --network: the interconnect instead, on each node of a job (srun ctrain exec IMAGE --
+    ctrain doctor --network): RDMA devices, what the container sees of them, NCCL's transport.
+    """
     from ctrain import doctor as checks
 
-    results = checks.run_checks(os.environ, settings_from({}))
+    settings = settings_from({"doctor_network": doctor_network})
+    if settings.doctor_network:
+        from ctrain.network.check import run_checks
+
+        results = [checks.Check(*found) for found in run_checks(os.environ)]
+    else:
+        results = checks.run_checks(os.environ, settings)
     click.echo(checks.render(results, as_json))
     if checks.failed(results):
         sys.exit(1)

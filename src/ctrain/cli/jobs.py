@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ctrain.cli._options import DashDashCommand, settings_from
+from ctrain.cli._options import DashDashCommand, setting_option, settings_from
 from ctrain.names import JOB_MODES, RUNTIME_CHOICES
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=1),
             help="Seconds before the time limit for the SIGUSR2 warning. [template: 300]",
         ),
+        setting_option("check_network", is_flag=True, flag_value="true"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -59,13 +60,15 @@ def _request(mode: str, **flags: Any) -> JobRequest:
     from ctrain.slurm.jobs import JobRequest
 
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
-    settings = settings_from({"image": flags.pop("image"), "runtime": flags.pop("runtime")})
-    given = {name: settings.sources[name] != "default" for name in ("image", "runtime")}
+    names = ("image", "runtime", "check_network")
+    settings = settings_from({name: flags.pop(name) for name in names})
+    given = {name: settings.sources[name] != "default" for name in names}
     return JobRequest(
         mode=mode,
         command=command,
         image=settings.image if given["image"] else None,
         runtime=settings.runtime if given["runtime"] else None,
+        check_network=settings.check_network,
         **flags,
     )
 

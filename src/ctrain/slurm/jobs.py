@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, CtrainError, JobRequestError
 from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, PYXIS, RUNTIME_CHOICES
-from ctrain.slurm import pyxis_job
+from ctrain.slurm import network_job, pyxis_job
 from ctrain.util.shipped import shipped_dir
 
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
@@ -47,6 +47,7 @@ class JobRequest:
     runtime: str | None = None
     nv: bool | None = None
     signal_seconds: int | None = None
+    check_network: bool = False  # run ctrain doctor --network first (slurm/network_job.py)
 
 
 # ---- templates ------------------------------------------------------------------------------
@@ -157,6 +158,7 @@ class Resolved:
     runtime: str
     nv: bool
     signal_seconds: int
+    check_network: bool = False
 
 
 def _int(mode: str, options: Mapping[str, str], key: str) -> int:
@@ -210,6 +212,7 @@ def resolve(request: JobRequest, text: str) -> Resolved:
         runtime=request.runtime or runtime_default.group(1),
         nv=request.nv if request.nv is not None else gpus > 0,
         signal_seconds=request.signal_seconds or int(signal.group(1)),
+        check_network=request.check_network,
     )
     return _checked(values)
 
@@ -356,7 +359,8 @@ def render_resolved(v: Resolved, text: str) -> str:
     if any(c in arg for arg in v.command for c in "$`"):  # literal in single quotes, on purpose
         line = "    # shellcheck disable=SC2016  # $ and ` in the command are literal\n" + line
     text = _set_line(text, r"^    set -- .*$", line)
-    return pyxis_job.render(text) if v.runtime == PYXIS else text
+    text = pyxis_job.render(text) if v.runtime == PYXIS else text
+    return network_job.render(text) if v.check_network else text
 
 
 def render(request: JobRequest, environ: Mapping[str, str] | None = None) -> str:

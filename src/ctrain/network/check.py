@@ -1,0 +1,103 @@
+"""The network check's one impure part: read sysfs, /dev and the libraries, run a small NCCL
+allreduce in a child process with ``NCCL_DEBUG=INFO``, and hand the facts to advice.
+
+The allreduce runs this process's rank of the step: under ``ctrain launch`` (``ctrain exec``'s
+default, or a job step) the child takes the rank, GPU and TF_CONFIG already given; otherwise it
+goes through ``python -m ctrain launch --collective nccl``, which reads Slurm's variables the
+same way. TensorFlow is imported only in the child.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from ctrain.errors import CtrainError
+from ctrain.launch.gpus import list_gpus
+from ctrain.names import ENV_LAUNCH_MODE, Launched, Mode
+from ctrain.network import advice, nccl, rdma
+from ctrain.util import proc
+
+PROBE_TIMEOUT = 300.0
+# One all-reduce across every rank of the step (Horovod's under ctrain's horovod mode, else
+# TensorFlow's with NCCL chosen explicitly, MirroredStrategy's in one process); one JSON line.
+PROBE = f"""\
+import json, os
+import tensorflow as tf
+dist = tf.distribute
+if os.environ.get({ENV_LAUNCH_MODE!r}) == {Mode.HOROVOD.value!r}:
+    import horovod.tensorflow as hvd
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    with tf.device("/GPU:0" if gpus else "/CPU:0"):
+        total = hvd.allreduce(tf.ones([1024]), op=hvd.Sum)
+    print(json.dumps({{"ranks": hvd.size(), "sum": float(total[0])}}))
+    raise SystemExit(0)
+if json.loads(os.environ.get("TF_CONFIG") or "{{}}").get("cluster"):
+    nccl = dist.experimental.CommunicationImplementation.NCCL
+    options = dist.experimental.CommunicationOptions(implementation=nccl)
+    strategy = dist.MultiWorkerMirroredStrategy(communication_options=options)
+else:
+    strategy = dist.MirroredStrategy()
+
+@tf.function
+def step():
+    def one():
+        return dist.get_replica_context().all_reduce(dist.ReduceOp.SUM, tf.ones([1024]))
+    return strategy.run(one)
+
+first = strategy.experimental_local_results(step())[0]
+print(json.dumps({{"replicas": strategy.num_replicas_in_sync, "sum": float(first[0])}}))
+"""
+NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
+def probe_argv(environ: Mapping[str, str], python: str = sys.executable) -> list[str]:
+    """The child that runs the allreduce as this process's rank."""
+    direct = [python, "-c", PROBE]
+    if Launched.from_env(environ) is not None:
+        return direct
+    return [python, "-m", "ctrain", "launch", "--collective", "nccl", "--quiet", "--", *direct]
+
+
+def probe_env(environ: Mapping[str, str]) -> dict[str, str]:
+    return {**environ, **NCCL_ENV}
+
+
+def run_probe(environ: Mapping[str, str], gpus: int) -> advice.NcclOutcome:
+    """The allreduce run and its NCCL lines parsed; an error when it fails or hangs."""
+    if gpus == 0:
+        return advice.NcclOutcome(0)
+    try:
+        done = proc.run(probe_argv(environ), probe_env(environ), timeout=PROBE_TIMEOUT)
+    except CtrainError as exc:
+        return advice.NcclOutcome(gpus, (), exc.message)
+    reports = nccl.parse_log((done.stdout + "\n" + done.stderr).splitlines())
+    error = "" if done.returncode == 0 else proc.failure(done)
+    return advice.NcclOutcome(gpus, reports, error)
+
+
+def count_gpus(environ: Mapping[str, str]) -> int:
+    try:
+        return len(list_gpus(environ) or ())
+    except CtrainError:
+        return 0
+
+
+def gather(
+    environ: Mapping[str, str], sys_root: str = "/sys", root: str = "/", gpus: int | None = None
+) -> advice.Facts:
+    """Every fact of the check on this machine (``gpus`` None: asked of nvidia-smi)."""
+    found = count_gpus(environ) if gpus is None else gpus
+    env = {name: environ[name] for name in advice.NCCL_VARIABLES if name in environ}
+    return advice.Facts(
+        devices=rdma.discover(sys_root),
+        seen=rdma.visibility(environ, root),
+        nccl=run_probe(environ, found),
+        env=env,
+    )
+
+
+def run_checks(environ: Mapping[str, str]) -> tuple[advice.Finding, ...]:
+    """The network check's lines for this machine and this rank."""
+    return advice.advise(gather(environ))
