@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
     slurm-wlm munge                         # one-node Slurm for the real job tests
     openmpi-bin libopenmpi-dev              # mpirun and headers for Horovod's MPI controller
+    mpich                                   # MPICH's Hydra (mpiexec.hydra), the other MPI family's launcher; Open MPI stays mpirun
     cmake g++ make git                      # Horovod's source build
     docker.io docker-registry               # the Docker runtime and a local registry on 127.0.0.1
     debootstrap e2fsprogs squashfs-tools    # local base images and Apptainer's root, ext3 overlays

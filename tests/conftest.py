@@ -53,6 +53,9 @@ def missing(marker: str) -> str | None:
     elif marker == "mpi":
         if not shutil.which("mpirun"):
             return "mpirun not found (make system)"
+    elif marker == "mpich":
+        if not shutil.which("mpiexec.hydra"):
+            return "mpiexec.hydra not found (make system: Debian's mpich)"
     elif marker == "docker":
         if not shutil.which("docker"):
             return "docker not found (make system)"
@@ -82,6 +85,7 @@ SERVICE_MARKERS = (
     "slurm",
     "cluster",
     "mpi",
+    "mpich",
     "docker",
     "podman",
     "apptainer",

@@ -141,6 +141,39 @@ def test_mpirun_in_a_two_node_batch_job_starts_ranks_on_both(cluster_tmp: Path) 
 
 
 @pytest.mark.timeout(2 * STEP_TIMEOUT)
+@pytest.mark.mpich
+@pytest.mark.horovod
+def test_mpich_hydra_with_proxies_started_by_srun_runs_horovod_on_gloo(cluster_tmp: Path) -> None:
+    """MPICH's mpiexec -launcher slurm: srun starts one Hydra proxy per node, so SLURM_PROCID
+    counts proxies; ctrain takes the ranks from Hydra's PMI_RANK/MPI_LOCALRANKID, and Horovod
+    (built on Open MPI) meets over Gloo at rank 0's rendezvous on the first host."""
+    launch = f"{CTRAIN} launch"
+    step = (
+        f'{launch} --explain --json > "{cluster_tmp}/explain-$PMI_RANK.json" && '
+        f"exec {launch} -- {' '.join(probe(cluster_tmp))}"
+    )
+    script = cluster_tmp / "job.sh"
+    script.write_text(f"#!/bin/bash\nset -e\nmpiexec.hydra -launcher slurm -n 4 bash -c '{step}'\n")
+    log = cluster_tmp / "job.log"
+    done = subprocess.run(
+        ["sbatch", "--wait", "-p", CLUSTER_PARTITION, "-N", "2", "-n", "4", "-t", "5",
+         "-o", str(log), str(script)],
+        env=cluster_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT,
+    )  # fmt: skip
+    assert done.returncode == 0, log.read_text() if log.exists() else done.stderr
+    found = reports(cluster_tmp, 4)
+    assert placed(found, [0, 0, 1, 1])  # Hydra fills each host's slots in turn
+    assert [r["said"]["local_rank"] for r in found] == [0, 1, 0, 1]
+    assert same_weights(found)
+    plans = [json.loads((cluster_tmp / f"explain-{r}.json").read_text()) for r in range(4)]
+    assert {(p["rank_source"], p["mode"], p["world_size"]) for p in plans} == {
+        ("hydra", "horovod", 4)
+    }
+    assert [(p["rank"], p["local_rank"]) for p in plans] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+    assert {p["rendezvous"]["addr"] for p in plans} == {hosts(found)[0]}
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
 @pytest.mark.parametrize(
     ("mode", "srun_mpi"),
     [pytest.param("multiworker", [], id="multiworker"),

@@ -33,6 +33,8 @@ HOROVOD_LAUNCHERS = [
     pytest.param(
         [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo"], id="horovodrun-gloo"
     ),
+    # MPICH's launcher: Horovod's Open MPI cannot start under it, ctrain runs it on Gloo.
+    pytest.param(["mpiexec.hydra", "-n", "2"], id="mpich-hydra", marks=pytest.mark.mpich),
 ]
 
 

@@ -32,14 +32,74 @@ _MIXED_FIX = (
     "PMI_* or HOROVOD_* variables between shells or jobs"
 )
 
-# (launcher, rank, size, local rank, local size) variables, in detection order.
+
+class Launcher(NamedTuple):
+    """How one launcher names a rank's place: the variable that marks it, then the variables
+    (first set wins) of rank, size, local rank and local size, and of its node count."""
+
+    name: str
+    marker: str
+    rank: tuple[str, ...]
+    size: tuple[str, ...] = ()
+    local_rank: tuple[str, ...] = ()
+    local_size: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
 _OMPI = "OMPI_COMM_WORLD_"
-_LAUNCHERS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
-    ("openmpi", f"{_OMPI}RANK", f"{_OMPI}SIZE", f"{_OMPI}LOCAL_RANK", f"{_OMPI}LOCAL_SIZE"),
-    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"),
-    ("pmix", "PMIX_RANK", None, None, None),
-    ("pmi", "PMI_RANK", "PMI_SIZE", None, None),
+# In detection order: the launchers that also set PMI_RANK (Hydra, PALS, Flux) come before the
+# plain PMI rows, and each is told apart by a variable only it sets. Sources: Open MPI's
+# documentation; MPICH 4.0's Hydra (seen here: `mpiexec.hydra -n 2 env`, also under
+# `-launcher slurm`, where SLURM_PROCID and SLURM_STEP_NUM_TASKS describe Hydra's proxies, one per
+# node, not the ranks); HPE Cray PALS as ALCF documents it (PALS_* and Cray PMI's PMI_*); Flux's
+# flux-environment(7) (FLUX_JOB_SIZE counts tasks).
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher(
+        "openmpi",
+        f"{_OMPI}RANK",
+        (f"{_OMPI}RANK",),
+        (f"{_OMPI}SIZE",),
+        (f"{_OMPI}LOCAL_RANK",),
+        (f"{_OMPI}LOCAL_SIZE",),
+    ),
+    Launcher(
+        "horovod",
+        "HOROVOD_RANK",
+        ("HOROVOD_RANK",),
+        ("HOROVOD_SIZE",),
+        ("HOROVOD_LOCAL_RANK",),
+        ("HOROVOD_LOCAL_SIZE",),
+    ),
+    Launcher(
+        "hydra",
+        "MPI_LOCALRANKID",
+        ("PMI_RANK",),
+        ("PMI_SIZE",),
+        ("MPI_LOCALRANKID",),
+        ("MPI_LOCALNRANKS",),
+    ),
+    Launcher(
+        "pals",
+        "PALS_RANKID",
+        ("PALS_RANKID",),
+        ("PMI_SIZE",),
+        ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"),
+        ("PALS_LOCAL_SIZE", "PMI_LOCAL_SIZE"),
+    ),
+    Launcher(
+        "flux",
+        "FLUX_TASK_RANK",
+        ("FLUX_TASK_RANK",),
+        ("FLUX_JOB_SIZE",),
+        ("FLUX_TASK_LOCAL_ID",),
+        nodes=("FLUX_JOB_NNODES",),
+    ),
+    Launcher("pmix", "PMIX_RANK", ("PMIX_RANK",)),
+    Launcher("pmi", "PMI_RANK", ("PMI_RANK",), ("PMI_SIZE",)),
 )
+MPI_LAUNCHERS = frozenset({"openmpi", "horovod", "hydra", "pals", "flux"})
+"""Launchers that start every rank themselves and say its place (Slurm's variables, if any, then
+describe the launcher's own processes, not the ranks)."""
 
 
 def _text(environ: Mapping[str, str], name: str | None) -> str | None:
@@ -165,30 +225,35 @@ def _check_slurm(
 
 
 class MpiEnv(NamedTuple):
-    """The MPI (or horovodrun) launch this process belongs to; all None when not launched so."""
+    """The MPI (or horovodrun, Flux) launch this process belongs to; all None when not launched
+    so. ``nodes`` is the launch's node count where the launcher says it (Flux)."""
 
     launcher: str | None
     rank: int | None
     size: int | None
     local_rank: int | None
     local_size: int | None
+    nodes: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> MpiEnv:
-        """Detect the launcher (Open MPI, horovodrun, PMIx, PMI, in that order) and read it."""
-        for launcher, rank_var, size_var, local_rank_var, local_size_var in _LAUNCHERS:
-            if _text(environ, rank_var) is None:
+        """Detect the launcher (``LAUNCHERS``, in order) and read it."""
+        for row in LAUNCHERS:
+            if _text(environ, row.marker) is None:
                 continue
+            names = [_first_name(environ, group) for group in (row.rank, row.size)]
+            local = [_first_name(environ, group) for group in (row.local_rank, row.local_size)]
             env = cls(
-                launcher=launcher,
-                rank=_int(environ, rank_var),
-                size=_int(environ, size_var),
-                local_rank=_int(environ, local_rank_var),
-                local_size=_int(environ, local_size_var),
+                launcher=row.name,
+                rank=_int(environ, names[0]),
+                size=_int(environ, names[1]),
+                local_rank=_int(environ, local[0]),
+                local_size=_int(environ, local[1]),
+                nodes=_int(environ, _first_name(environ, row.nodes)),
             )
-            _check_below(rank_var, env.rank, size_var, env.size)
-            _check_below(local_rank_var, env.local_rank, local_size_var, env.local_size)
-            _check_below(local_size_var, env.local_size, size_var, env.size, strict=False)
+            _check_below(names[0], env.rank, names[1], env.size)
+            _check_below(local[0], env.local_rank, local[1], env.local_size)
+            _check_below(local[1], env.local_size, names[1], env.size, strict=False)
             return env
         return cls(launcher=None, rank=None, size=None, local_rank=None, local_size=None)
 

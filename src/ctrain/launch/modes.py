@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ctrain.errors import LaunchError
-from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.jobenv import MPI_LAUNCHERS, JobEnv, MpiEnv
 from ctrain.names import AUTO, MULTI_PROCESS, Mode
 
 
@@ -16,12 +16,12 @@ class Placement(NamedTuple):
     size: int
     local_rank: int
     local_size: int
-    source: str  # "openmpi", "horovod", "pmix", "pmi", "slurm" or "none"
+    source: str  # a launcher of jobenv.LAUNCHERS, "slurm" or "none"
 
 
 def _started_by_mpi(job: JobEnv) -> bool:
-    """mpirun/horovodrun started this process (they set their own rank variables)."""
-    return job.mpi.launcher in ("openmpi", "horovod") and (job.mpi.size or 1) > 1
+    """An MPI launcher (mpirun, mpiexec, horovodrun, flux run) started this process's ranks."""
+    return job.mpi.launcher in MPI_LAUNCHERS and (job.mpi.size or 1) > 1
 
 
 def _srun_tasks(job: JobEnv) -> int:
@@ -74,14 +74,15 @@ def choose_mode(requested: str, job: JobEnv, gpu_count: int) -> Mode:
 
 
 def placement(mode: Mode, job: JobEnv) -> Placement:
-    """Rank, size and local rank for ``mode``: MPI's variables under horovod and mpirun,
-    Slurm's under srun; mpirun leaves SLURM_PROCID at 0 on every rank, so it is not trusted there.
+    """Rank, size and local rank for ``mode``: an MPI launcher's variables where one started the
+    ranks, Slurm's under srun. mpirun leaves SLURM_PROCID at 0 on every rank, and Hydra started by
+    srun sets it per node, so Slurm's are not trusted there.
     """
     mpi, slurm = job.mpi, job.slurm
-    if mpi.launcher in ("openmpi", "horovod") and mpi.rank is not None:
+    if mpi.launcher in MPI_LAUNCHERS and mpi.rank is not None:
         size = mpi.size or 1
         local_rank = mpi.local_rank if mpi.local_rank is not None else 0
-        local_size = mpi.local_size or 1
+        local_size = _mpi_local_size(mpi, size)
         return _checked(Placement(mpi.rank, size, local_rank, local_size, mpi.launcher))
     local_size = _local_size(job)
     if mode is Mode.HOROVOD and mpi.launcher in ("pmix", "pmi") and mpi.rank is not None:
@@ -98,6 +99,16 @@ def placement(mode: Mode, job: JobEnv) -> Placement:
             )
         )
     return Placement(0, 1, 0, 1, "none")
+
+
+def _mpi_local_size(mpi: MpiEnv, size: int) -> int:
+    """The launcher's local size; Flux says none, only its node count, and spreads tasks as
+    evenly as it can, so no node holds more than size / nodes rounded up."""
+    if mpi.local_size:
+        return mpi.local_size
+    if mpi.nodes:
+        return -(-size // mpi.nodes)
+    return 1
 
 
 def _local_size(job: JobEnv) -> int:

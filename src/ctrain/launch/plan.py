@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
+from ctrain.launch.gloo import Rendezvous, horovod_environment, rendezvous, uses_gloo
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
@@ -75,6 +76,7 @@ class Plan(NamedTuple):
     env_set: dict[str, str]
     env_unset: tuple[str, ...]
     tuned: tuple[Tuned, ...] = ()  # thread and polling defaults (launch/tuning.py)
+    rendezvous: Rendezvous | None = None  # Horovod over Gloo (launch/gloo.py)
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -95,6 +97,7 @@ class Plan(NamedTuple):
                 "unset": list(self.env_unset),
             },
             "tuning": [t._asdict() for t in self.tuned],
+            "rendezvous": self.rendezvous.explain() if self.rendezvous else None,
         }
 
     def banner(self) -> str:
@@ -350,6 +353,10 @@ def make_plan(
     tf_config: dict[str, Any] | None = None
     if mode is Mode.MULTIWORKER:
         ports, tf_config = _workers(job, place, options.port_base, environ)
+    meet = None
+    if uses_gloo(mode, job, place.size):
+        last = (port_block(slurm.job_id, slurm.step_id) + 1) * PORT_BLOCK - 1
+        meet = rendezvous(job, place, options.port_base + last)
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
     if collective == AUTO:
@@ -368,7 +375,11 @@ def make_plan(
         tuned,
         script_imports_keras,
     )
-    return Plan(mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset, tuned)
+    if meet is not None:
+        env_set.update(horovod_environment(meet, place))
+    return Plan(
+        mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset, tuned, meet
+    )
 
 
 def child_environ(environ: Mapping[str, str], plan: Plan) -> dict[str, str]:

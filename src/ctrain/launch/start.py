@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from ctrain.errors import LaunchError
+from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import (
@@ -23,7 +24,7 @@ from ctrain.launch.plan import (
     script_of,
 )
 from ctrain.launch.tuning import Cpus
-from ctrain.names import Mode
+from ctrain.names import ENV_LAUNCH_COLLECTIVE_TIMEOUT, Mode
 from ctrain.util import proc
 from ctrain.util.secrets import masked
 
@@ -98,6 +99,46 @@ def explain(plan: Plan, as_json: bool) -> str:
     return "\n".join(lines)
 
 
+def _answers(addr: str, port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((addr, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def meet(plan: Plan, environ: Mapping[str, str], timeout: float) -> None:
+    """Horovod over Gloo: rank 0 starts the rendezvous server; every rank waits until it answers
+    (Horovod itself gives up on a refused connection after 1.5 s)."""
+    import time
+
+    rdv = plan.rendezvous
+    if rdv is None:
+        return
+    server = None
+    if plan.place.rank == 0:
+        _check_port_free(rdv.port)
+        argv = server_command(sys.executable, rdv, plan.place.size, os.getpid())
+        server = proc.spawn_detached(argv, environ)
+    deadline = time.monotonic() + timeout
+    while not _answers(rdv.addr, rdv.port):
+        if server is not None and server.poll() is not None:
+            raise LaunchError(
+                f"Horovod's rendezvous server on port {rdv.port} ended at once "
+                f"(exit {server.returncode})",
+                f"check that `{sys.executable} -c 'import horovod.runner'` works in the image",
+            )
+        if time.monotonic() > deadline:
+            raise LaunchError(
+                f"rank {plan.place.rank}: no Horovod rendezvous at {rdv.addr}:{rdv.port} "
+                f"after {timeout:.0f} s",
+                "check that rank 0 started on the first node and that the nodes reach each other",
+            )
+        time.sleep(0.2)
+
+
 def exec_plan(
     plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool
 ) -> NoReturn:
@@ -106,6 +147,7 @@ def exec_plan(
         raise LaunchError("no command given", "put it after --: ctrain launch -- python train.py")
     if plan.ports:
         _check_port_free(plan.ports[plan.place.rank])
+    meet(plan, environ, float(plan.env_set[ENV_LAUNCH_COLLECTIVE_TIMEOUT]))
     if plan.place.rank == 0 and not quiet:
         print(plan.banner(), file=sys.stderr, flush=True)
     proc.exec_replace(command, child_environ(environ, plan))

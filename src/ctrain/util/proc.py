@@ -1,4 +1,4 @@
-"""The only module that starts processes: run and capture, check, or replace this process.
+"""The only module that starts processes: run and capture, check, spawn, or replace this process.
 
 subprocess, threading and shlex are imported by the functions that use them, shutil not at all:
 `ctrain launch` needs only ``which`` and ``exec_replace`` and starts at Click's speed.
@@ -109,6 +109,24 @@ def exec_replace(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
         raise ExternalToolError(
             f"cannot run {program}: {exc.strerror}", "check the command"
         ) from exc
+
+
+def spawn_detached(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session, its standard streams closed: it outlives an exec of
+    this process and holds no launcher's output pipe open."""
+    import subprocess
+
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise _not_found(argv[0], exc) from exc
 
 
 def _start_lines(argv: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
