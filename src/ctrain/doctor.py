@@ -22,6 +22,7 @@ from ctrain import matrix
 from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
+from ctrain.launch import mpilibs
 from ctrain.launch.gpus import list_gpus
 from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
 from ctrain.settings import Settings
@@ -315,11 +316,8 @@ def check_horovod(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
     info = _probe("horovod", HOROVOD_PROBE, environ)
     if isinstance(info, Check):
         return info
-
-    def yes(key: str) -> str:
-        return "yes" if info.get(key) else "no"
-
-    detail = f"{info['version']}: MPI {yes('mpi')}, Gloo {yes('gloo')}, NCCL {yes('nccl')}"
+    yes = {key: "yes" if info.get(key) else "no" for key in ("mpi", "gloo", "nccl")}
+    detail = f"{info['version']}: MPI {yes['mpi']}, Gloo {yes['gloo']}, NCCL {yes['nccl']}"
     rebuild = (
         "reinstall Horovod with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 (and "
         "HOROVOD_GPU_OPERATIONS=NCCL on GPUs), or use the ctrain image"
@@ -376,6 +374,7 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
         ("tensorflow", lambda: check_tensorflow(environ, gpus)),
         ("horovod", lambda: check_horovod(environ, gpus)),
         ("mpi", lambda: check_mpi(environ)),
+        ("mpi-match", lambda: Check("mpi-match", *mpilibs.doctor_row(environ))),
     ]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(guarded, name, check) for name, check in checks]

@@ -426,6 +426,7 @@ def test_a_crash_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"HOME": "/nonexistent-home"}
     results = doctor.run_checks(env, resolve({}, env, Path("/nonexistent-cwd")))
     names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "tensorflow", "horovod", "mpi"]
+    names.append("mpi-match")
     assert [r.name for r in results] == names
     crashed = {r.name for r in results if r.detail == "check crashed: RuntimeError: boom"}
     assert crashed == {"runtime", "podman", "slurm", "tensorflow", "horovod", "mpi"}

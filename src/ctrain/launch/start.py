@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from ctrain.errors import LaunchError
+from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
@@ -78,16 +79,19 @@ def prepare(
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
     plan = make_plan(job, options, environ, gpus, script_imports_keras(command), this_cpus())
+    mpilibs.enforce(mpilibs.check(plan.mode, {**environ, **plan.env_set}), plan.place.rank)
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
     return plan
 
 
-def explain(plan: Plan, as_json: bool) -> str:
+def explain(plan: Plan, as_json: bool, environ: Mapping[str, str] | None = None) -> str:
     if as_json:
         import json
 
-        return json.dumps(plan.explain(), indent=2)
+        outer = os.environ if environ is None else environ
+        mpi_check = mpilibs.check(plan.mode, {**outer, **plan.env_set})
+        return json.dumps({**plan.explain(), "mpi_check": mpi_check.explain()}, indent=2)
     tuned = {t.name for t in plan.tuned}
     lines = [plan.banner()]
     set_ = sorted(plan.env_set.items())

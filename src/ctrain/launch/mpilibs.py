@@ -1,0 +1,136 @@
+"""Which Open MPI and PMIx this process's libraries are, read from files at launch speed, and
+the launch's MPI verdict (launch/mpicheck.py) applied: a warning line, or a LaunchError.
+
+Inside an image that is the container's; in a venv, the host's. In order, the first that
+answers: ``CTRAIN_IMAGE_MPI`` (``openmpi=4.1.4,pmix=4.2.2``, for images whose MPI no package
+manager installed: set it in the recipe), dpkg's database (the Debian packages the ctrain
+images install, every image built so far included), the shared libraries' file names (libtool
+names them after the release series). No program is run.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Literal
+
+from ctrain.errors import LaunchError
+from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict, unchecked, verdict
+from ctrain.names import Mode
+
+RECORD = "CTRAIN_IMAGE_MPI"
+DPKG_STATUS = "var/lib/dpkg/status"
+LIBRARY_DIRS = ("usr/lib/*-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib", "opt/*/lib")
+# libtool's "age" in libmpi.so.40.AGE.REV and libpmix.so.2.AGE.REV, by release series (each
+# project's VERSION file, per release tag); an age between two rows is the older series.
+OPENMPI_AGES = ((0, "3.0"), (10, "3.1"), (20, "4.0"), (30, "4.1"), (40, "5.0"))
+PMIX_AGES = ((1, "2"), (2, "3"), (3, "4.0"), (5, "4.1"), (6, "4.2"), (13, "5.0"), (18, "6.0"),
+             (23, "6.1"))  # fmt: skip
+_PACKAGES = {"openmpi": re.compile(r"libopenmpi\d+\S*"), "pmix": re.compile(r"libpmix\d+\S*")}
+
+
+def from_record(text: str) -> dict[str, str]:
+    """``openmpi=4.1.4,pmix=4.2.2`` as a dict (unknown names and empty values left out)."""
+    pairs = (part.partition("=") for part in text.split(","))
+    return {k.strip(): v.strip() for k, _, v in pairs if k.strip() in _PACKAGES and v.strip()}
+
+
+def upstream(version: str) -> str:
+    """A Debian version's upstream part: ``1:4.1.4-3+b1`` is ``4.1.4``."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def from_dpkg(status: str) -> dict[str, str]:
+    """The installed libopenmpiN and libpmixN packages' upstream versions in dpkg's status."""
+    found: dict[str, str] = {}
+    for paragraph in status.split("\n\n"):
+        fields = dict(re.findall(r"^([\w-]+): *(.*)$", paragraph, re.M))
+        if not fields.get("Status", "").endswith(" installed"):
+            continue
+        for what, pattern in _PACKAGES.items():
+            if pattern.fullmatch(fields.get("Package", "")) and "Version" in fields:
+                found.setdefault(what, upstream(fields["Version"]))
+    return found
+
+
+def _series(age: int, table: tuple[tuple[int, str], ...]) -> str | None:
+    rows = [series for first, series in table if first <= age]
+    return rows[-1] if rows else None
+
+
+def from_libraries(names: Iterable[str]) -> dict[str, str]:
+    """The release series of libmpi.so.40.AGE.REV and libpmix.so.2.AGE.REV file names."""
+    found: dict[str, str] = {}
+    for name in names:
+        mpi = re.fullmatch(r"libmpi\.so\.40\.(\d+)\.\d+", name)
+        pmix = re.fullmatch(r"libpmix\.so\.2\.(\d+)\.\d+", name)
+        series = None
+        if mpi:
+            series = _series(int(mpi.group(1)), OPENMPI_AGES)
+        elif pmix:
+            series = _series(int(pmix.group(1)), PMIX_AGES)
+        if series:
+            found.setdefault("openmpi" if mpi else "pmix", series)
+    return found
+
+
+def library_names(root: Path, environ: Mapping[str, str]) -> list[str]:
+    dirs = [d for pattern in LIBRARY_DIRS for d in sorted(glob.glob(str(root / pattern)))]
+    dirs += [d for d in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    names: list[str] = []
+    for directory in dirs:
+        try:
+            names += [n for n in os.listdir(directory) if n.startswith(("libmpi.", "libpmix."))]
+        except OSError:
+            continue
+    return names
+
+
+def image_mpi(environ: Mapping[str, str], root: Path = Path("/")) -> ImageMpi:
+    """This process's Open MPI and PMIx releases, from the first source that names any."""
+    record = from_record(environ.get(RECORD, ""))
+    if record:
+        return ImageMpi(record.get("openmpi"), record.get("pmix"), RECORD)
+    try:
+        status = (root / DPKG_STATUS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        status = ""
+    packaged = from_dpkg(status)
+    if packaged:
+        return ImageMpi(packaged.get("openmpi"), packaged.get("pmix"), "dpkg")
+    found = from_libraries(library_names(root, environ))
+    if found:
+        return ImageMpi(found.get("openmpi"), found.get("pmix"), "libraries")
+    return ImageMpi()
+
+
+def check(mode: Mode, environ: Mapping[str, str]) -> Verdict:
+    """The verdict for a rank in ``mode``; the image's files are read only when it is checked."""
+    why_not = unchecked(mode, environ)
+    if why_not:
+        return Verdict(PROCEED, False, f"not checked: {why_not}")
+    return verdict(mode, environ, image_mpi(environ))
+
+
+def enforce(found: Verdict, rank: int) -> None:
+    """A refusal raises (every rank); a warning is one stderr line from rank 0."""
+    if found.status == REFUSE:
+        raise LaunchError(found.message, found.fix)
+    if found.status == WARN and rank == 0:
+        print(found.line(), file=sys.stderr, flush=True)
+
+
+def doctor_row(environ: Mapping[str, str]) -> tuple[Literal["PASS", "WARN", "FAIL"], str, str]:
+    """``ctrain doctor``'s line: (PASS, WARN or FAIL, detail, fix), as a Horovod rank here."""
+    image = image_mpi(environ)
+    here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
+    found = verdict(Mode.HOROVOD, environ, image)
+    status: Literal["PASS", "WARN", "FAIL"] = (
+        "PASS" if found.status == PROCEED else "WARN" if found.status == WARN else "FAIL"
+    )
+    detail = found.message if found.checked else f"{here}; {found.message}"
+    return status, detail, found.fix

@@ -1,0 +1,248 @@
+"""The MPI check's truth table: every launcher's environment against every image's MPI.
+
+Each launcher environment holds exactly the variables that launcher gives a rank, per its
+source (docs/cluster.md, "Host and container MPI"): Slurm's mpi/pmix plugin calls PMIx's
+PMIx_server_setup_fork, which sets PMIX_NAMESPACE, PMIX_RANK, one PMIX_SERVER_URI<NN> per wire
+protocol of that PMIx release's listener, PMIX_SECURITY_MODE, PMIX_GDS_MODULE and (3.0 on)
+PMIX_VERSION; Open MPI 4's mpirun (ORTE) adds OMPI_COMM_WORLD_* and OMPI_MCA_orte_*; Open MPI
+5's (PRRTE) OMPI_COMM_WORLD_* without ORTE's. The Slurm 22.05 + PMIx 4.2.2 and Open MPI 4.1.4
+rows are what this machine's srun --mpi=pmix and mpirun set (URIs and paths shortened).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ctrain.launch.mpicheck import (
+    PROCEED,
+    REFUSE,
+    WARN,
+    ImageMpi,
+    Verdict,
+    client_protocols,
+    launcher_of,
+    offered,
+    release,
+    verdict,
+)
+from ctrain.names import Mode
+from tests.unit.launch.test_modes import STEP2
+
+
+def pmix_server(version: str | None, *suffixes: str, **extra: str) -> dict[str, str]:
+    """What PMIx_server_setup_fork of a server of ``version`` gives rank 1."""
+    env = {
+        "PMIX_NAMESPACE": "slurm.pmix.77.0",
+        "PMIX_RANK": "1",
+        "PMIX_SECURITY_MODE": "munge,native",
+        "PMIX_GDS_MODULE": "ds21,ds12,hash",
+        "PMIX_HOSTNAME": "vm",
+        **{f"PMIX_SERVER_URI{s}": "pmix-server.4242;tcp4://127.0.0.1:40000" for s in suffixes},
+        **extra,
+    }
+    if version is not None:  # PMIx 1.x and 2.x do not say their release
+        env["PMIX_VERSION"] = version
+    return env
+
+
+V4_URIS = ("41", "4", "3", "21", "2")  # PMIx 4.1 to 5.0: their listener's list
+SLURM = {**STEP2, "SLURM_MPI_TYPE": "pmix"}
+ORTE = {
+    "OMPI_COMM_WORLD_RANK": "1",
+    "OMPI_COMM_WORLD_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "OMPI_COMM_WORLD_NODE_RANK": "1",
+    "OMPI_UNIVERSE_SIZE": "2",
+    "OMPI_MCA_ess": "^singleton",
+    "OMPI_MCA_pmix": "^s1,s2,cray,isolated",
+    "OMPI_MCA_orte_ess_num_procs": "2",
+    "OMPI_MCA_orte_hnp_uri": "1406992384.0;tcp://10.0.0.1:55211",
+    "OMPI_MCA_orte_launch": "1",
+}
+PRRTE = {k: v for k, v in ORTE.items() if not k.startswith("OMPI_MCA_")}
+PRRTE |= {"OMPI_APP_SIZES": "2", "OMPI_WORLD_SIZE": "2", "OMPI_WORLD_LOCAL_SIZE": "2"}
+
+LAUNCHERS: dict[str, dict[str, str]] = {
+    # srun --mpi=pmix on Slurm 22.05 built with PMIx 4.2.2 (Debian 12: this machine)
+    "slurm-pmix4": {**SLURM, **pmix_server("4.2.2rc2", *V4_URIS)},
+    # srun --mpi=pmix_v3: Slurm's plugin linked with PMIx 3.2 (tcp listener: 3, 2, 21)
+    "slurm-pmix3": {**SLURM, "SLURM_MPI_TYPE": "pmix_v3", **pmix_server("3.2.3", "3", "2", "21")},
+    # srun --mpi=pmix_v2 with PMIx 2.2: tcp (2, 21) and usock (plain) listeners, no PMIX_VERSION
+    "slurm-pmix2": {**SLURM, "SLURM_MPI_TYPE": "pmix_v2", **pmix_server(None, "2", "21", "")},
+    # srun --mpi=pmix_v1 (Slurm 16.05 to 17.11) with PMIx 1.2: the plain variable only
+    "slurm-pmix1": {**SLURM, "SLURM_MPI_TYPE": "pmix_v1", **pmix_server(None, "")},
+    # srun --mpi=pmix_v5 with PMIx 5.0
+    "slurm-pmix5": {**SLURM, "SLURM_MPI_TYPE": "pmix_v5", **pmix_server("5.0.3", *V4_URIS)},
+    # srun --mpi=pmix_v6 with PMIx 6.1: one variable per wire component, by its name
+    "slurm-pmix6.1": {
+        **SLURM,
+        "SLURM_MPI_TYPE": "pmix_v6",
+        **pmix_server("6.1.0", "61", "51", "41", "4", "3", "21", "20", "12"),
+    },
+    # Open MPI 4.1.4's mpirun with Debian's PMIx 4.2.2 (this machine), inside a batch job
+    "orte-4.1-pmix4": {**STEP2, **ORTE, **pmix_server("4.2.2rc2", *V4_URIS)},
+    # Open MPI 4.1 built with its own PMIx 3.2
+    "orte-4.1-pmix3": {**STEP2, **ORTE, **pmix_server("3.2.3", "3", "2", "21")},
+    # Open MPI 3.1 with its own PMIx 2.1: no PMIX_VERSION
+    "orte-3.1": {**ORTE, **pmix_server(None, "2", "21")},
+    # Open MPI 5.0's mpirun (prterun) with PMIx 5.0
+    "prrte-5.0": {**PRRTE, **pmix_server("5.0.3", *V4_URIS)},
+}
+IMAGES = {
+    "ctrain-debian12": ImageMpi("4.1.4", "4.2.2", "dpkg"),  # the ctrain images
+    "ompi5-pmix5": ImageMpi("5.0.7", "5.0.6", "dpkg"),  # Debian 13's packages
+    "ompi4-pmix3": ImageMpi("4.1", "3", "libraries"),
+    "unknown": ImageMpi(),
+}
+P, W, R, U = PROCEED, WARN, REFUSE, "unchecked"  # U: proceeds, nothing compared
+EXPECTED: dict[str, tuple[str, str, str, str]] = {  # by image, in IMAGES' order
+    "slurm-pmix4": (P, W, W, U),
+    "slurm-pmix3": (W, W, P, U),
+    "slurm-pmix2": (W, W, W, U),
+    "slurm-pmix1": (R, R, W, U),
+    "slurm-pmix5": (W, P, W, U),
+    "slurm-pmix6.1": (W, W, W, U),
+    "orte-4.1-pmix4": (P, R, W, U),
+    "orte-4.1-pmix3": (W, R, P, U),
+    "orte-3.1": (W, R, W, U),
+    "prrte-5.0": (R, P, R, U),
+}
+
+
+def outcome(found: Verdict) -> str:
+    return found.status if found.checked else U
+
+
+@pytest.mark.parametrize(
+    ("launcher", "image"),
+    [pytest.param(*pair, id="-".join(pair)) for pair in itertools.product(LAUNCHERS, IMAGES)],
+)
+def test_truth_table(launcher: str, image: str) -> None:
+    found = verdict(Mode.HOROVOD, LAUNCHERS[launcher], IMAGES[image])
+    want = EXPECTED[launcher][list(IMAGES).index(image)]
+    assert outcome(found) == want, found
+    assert found.status == (PROCEED if want == U else want)
+    assert "\n" not in found.message and found.message
+    assert bool(found.fix) == (found.status != PROCEED)
+
+
+NOT_CHECKED = {
+    "plain srun": (Mode.HOROVOD, STEP2, "no PMIx server or Open MPI mpirun set this rank up"),
+    "srun --mpi=pmi2": (
+        Mode.HOROVOD,
+        {**STEP2, "SLURM_MPI_TYPE": "pmi2", "PMI_RANK": "1", "PMI_SIZE": "2", "PMI_FD": "5"},
+        "no PMIx server or Open MPI mpirun set this rank up",
+    ),
+    "multiworker": (
+        Mode.MULTIWORKER,
+        LAUNCHERS["slurm-pmix1"],
+        "mode multiworker does not use MPI",
+    ),
+    "single": (Mode.SINGLE, LAUNCHERS["prrte-5.0"], "mode single does not use MPI"),
+    "gloo": (
+        Mode.HOROVOD,
+        {**LAUNCHERS["prrte-5.0"], "HOROVOD_CONTROLLER": "gloo"},
+        "Horovod runs on Gloo",
+    ),
+    "horovodrun --gloo": (
+        Mode.HOROVOD,
+        {**LAUNCHERS["slurm-pmix1"], "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"},
+        "Horovod runs on Gloo",
+    ),
+    "switched off": (
+        Mode.HOROVOD,
+        {**LAUNCHERS["slurm-pmix1"], "CTRAIN_MPI_CHECK": "off"},
+        "CTRAIN_MPI_CHECK=off",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NOT_CHECKED)
+def test_not_checked_without_mpi_or_when_switched_off(case: str) -> None:
+    mode, environ, why = NOT_CHECKED[case]
+    for image in IMAGES.values():
+        assert verdict(mode, environ, image) == Verdict(PROCEED, False, f"not checked: {why}")
+
+
+def test_the_launcher_is_named_from_its_own_variables() -> None:
+    families = {name: launcher_of(env).family for name, env in LAUNCHERS.items()}
+    assert families == {
+        **{name: "slurm" for name in LAUNCHERS if name.startswith("slurm")},
+        **{name: "orte" for name in LAUNCHERS if name.startswith("orte")},
+        "prrte-5.0": "prrte",
+    }
+    no_slurm = {k: v for k, v in LAUNCHERS["slurm-pmix4"].items() if k != "SLURM_MPI_TYPE"}
+    assert launcher_of(no_slurm).family == "pmix"
+    assert launcher_of({**LAUNCHERS["slurm-pmix4"], **ORTE}).family == "orte"  # mpirun in srun
+    assert launcher_of(STEP2).family == ""
+
+
+def test_offered_protocols_oldest_first_and_empty_values_ignored() -> None:
+    assert offered(LAUNCHERS["slurm-pmix4"]) == ("2", "21", "3", "4", "41")
+    assert offered(LAUNCHERS["slurm-pmix2"]) == ("", "2", "21")
+    assert offered({"PMIX_SERVER_URI3": "", "PMIX_SERVER_URI2USOCK": "x"}) == ()
+
+
+@pytest.mark.parametrize(
+    ("pmix", "protocols"),
+    [
+        ("1.2.5", ("",)),
+        ("2.0.3", ("", "2")),
+        ("2.1.4", ("", "2", "21")),
+        ("3.2.3", ("", "2", "21", "3")),
+        ("4.0.0", ("2", "21", "3", "4")),
+        ("4.2.2", ("2", "21", "3", "4", "41")),
+        ("5.0", ("2", "21", "3", "4", "41")),
+        ("6.0.0", ("2", "21", "3", "4", "41", "51")),
+        ("6.1.0", ("12", "20", "21", "3", "4", "41", "51", "61")),
+    ],
+)
+def test_client_protocols_by_release(pmix: str, protocols: tuple[str, ...]) -> None:
+    assert client_protocols(pmix) == protocols
+
+
+def test_release_reads_upstream_debian_and_series_forms() -> None:
+    assert release("4.2.2rc2") == (4, 2)
+    assert release("1:4.1.4-3") == (4, 1)
+    assert release("5.0") == (5, 0)
+    assert release("3") == (3, 0)  # a series from a library's name
+    assert release("unknown") is None and release(None) is None
+
+
+def test_messages_name_both_sides_and_the_fix() -> None:
+    image = IMAGES["ctrain-debian12"]
+    refused = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix1"], image)
+    assert refused.message == (
+        "Slurm's PMIx server (srun --mpi=pmix_v1), PMIx release not given, offers "
+        "PMIX_SERVER_URI only; the image's PMIx 4.2.2 client looks for PMIX_SERVER_URI2, "
+        "PMIX_SERVER_URI21, PMIX_SERVER_URI3, PMIX_SERVER_URI4, PMIX_SERVER_URI41: it cannot "
+        "connect"
+    )
+    assert refused.fix.startswith("use srun --mpi=pmix_v4 if `srun --mpi=list` offers it; ")
+    assert "Gloo" in refused.fix and "mpirun inside one container" in refused.fix
+    warned = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix3"], image)
+    assert "PMIx 3.2.3," in warned.message and "via PMIX_SERVER_URI3 " in warned.message
+    assert "PMIX_MCA_gds=hash" in warned.fix
+    assert warned.line().startswith("ctrain: warning: Slurm's PMIx server (srun --mpi=pmix_v3)")
+    hybrid = verdict(Mode.HOROVOD, LAUNCHERS["prrte-5.0"], image)
+    assert hybrid.message == (
+        "the host's mpirun (PRRTE: Open MPI 5 or newer) cannot start the image's Open MPI "
+        "4.1.4: Open MPI does not mix major releases"
+    )
+    assert "a host mpirun of Open MPI 4.x" in hybrid.fix
+    old = verdict(Mode.HOROVOD, LAUNCHERS["orte-3.1"], image)
+    assert "as Open MPI 3.x and older do" in old.message  # shown before PMIx's warning
+    fine = verdict(Mode.HOROVOD, LAUNCHERS["orte-4.1-pmix4"], image)
+    assert fine.message.startswith(
+        "the host's mpirun (ORTE: Open MPI 4.x or older) and the image's Open MPI 4.1.4: one "
+        "major release; "
+    )
+    assert fine.explain() == {
+        "status": "proceed",
+        "checked": True,
+        "message": fine.message,
+        "fix": "",
+    }
