@@ -111,16 +111,27 @@ CASES: dict[str, JobRequest] = {
         image="/scratch/me/ctrain 0.1.0.sqsh",
         runtime="pyxis",
     ),
+    # --check-network: the network check as the first step (test_network_job.py)
+    "multiworker-2x4-check-network": JobRequest(
+        "multiworker", ("python", "train.py"), nodes=2, gpus_per_node=4, check_network=True
+    ),
+    "horovod-mpirun-2x4-check-network": JobRequest(
+        "horovod-mpirun",
+        ("python", "train.py"),
+        nodes=2,
+        gpus_per_node=4,
+        runtime="docker",
+        check_network=True,
+    ),
+    "horovod-srun-pyxis-2x8-check-network": JobRequest(
+        "horovod-srun",
+        ("python", "train.py"),
+        nodes=2,
+        gpus_per_node=8,
+        runtime="pyxis",
+        check_network=True,
+    ),
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_ctrain_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith("CTRAIN_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
