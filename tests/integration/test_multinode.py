@@ -118,15 +118,10 @@ def test_horovod_srun_pmix_across_two_hosts(cluster_tmp: Path) -> None:
     assert same_weights(found)
 
 
-@pytest.mark.timeout(2 * STEP_TIMEOUT)
-@pytest.mark.mpi
-@pytest.mark.horovod
-def test_mpirun_in_a_two_node_batch_job_starts_ranks_on_both(cluster_tmp: Path) -> None:
-    command = " ".join([CTRAIN, "launch", "--", *probe(cluster_tmp)])
+def two_node_batch_job(cluster_tmp: Path, line: str) -> None:
+    """Run ``line`` as the batch script of a 2-node, 4-task job (sbatch --wait)."""
     script = cluster_tmp / "job.sh"
-    script.write_text(
-        f"#!/bin/bash\nset -e\nmpirun --allow-run-as-root -np 4 --bind-to none {command}\n"
-    )
+    script.write_text(f"#!/bin/bash\nset -e\n{line}\n")
     log = cluster_tmp / "job.log"
     done = subprocess.run(
         ["sbatch", "--wait", "-p", CLUSTER_PARTITION, "-N", "2", "-n", "4", "-t", "5",
@@ -134,6 +129,14 @@ def test_mpirun_in_a_two_node_batch_job_starts_ranks_on_both(cluster_tmp: Path) 
         env=cluster_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT,
     )  # fmt: skip
     assert done.returncode == 0, log.read_text() if log.exists() else done.stderr
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+@pytest.mark.mpi
+@pytest.mark.horovod
+def test_mpirun_in_a_two_node_batch_job_starts_ranks_on_both(cluster_tmp: Path) -> None:
+    command = " ".join([CTRAIN, "launch", "--", *probe(cluster_tmp)])
+    two_node_batch_job(cluster_tmp, f"mpirun --allow-run-as-root -np 4 --bind-to none {command}")
     found = reports(cluster_tmp, 4)
     assert placed(found, [0, 0, 1, 1])  # OpenMPI fills each host's slots in turn
     assert [r["said"]["local_rank"] for r in found] == [0, 1, 0, 1]
@@ -152,15 +155,7 @@ def test_mpich_hydra_with_proxies_started_by_srun_runs_horovod_on_gloo(cluster_t
         f'{launch} --explain --json > "{cluster_tmp}/explain-$PMI_RANK.json" && '
         f"exec {launch} -- {' '.join(probe(cluster_tmp))}"
     )
-    script = cluster_tmp / "job.sh"
-    script.write_text(f"#!/bin/bash\nset -e\nmpiexec.hydra -launcher slurm -n 4 bash -c '{step}'\n")
-    log = cluster_tmp / "job.log"
-    done = subprocess.run(
-        ["sbatch", "--wait", "-p", CLUSTER_PARTITION, "-N", "2", "-n", "4", "-t", "5",
-         "-o", str(log), str(script)],
-        env=cluster_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT,
-    )  # fmt: skip
-    assert done.returncode == 0, log.read_text() if log.exists() else done.stderr
+    two_node_batch_job(cluster_tmp, f"mpiexec.hydra -launcher slurm -n 4 bash -c '{step}'")
     found = reports(cluster_tmp, 4)
     assert placed(found, [0, 0, 1, 1])  # Hydra fills each host's slots in turn
     assert [r["said"]["local_rank"] for r in found] == [0, 1, 0, 1]
