@@ -124,6 +124,12 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         "(docs/performance.md); off: none",
         _choice(*TUNE_CHOICES),
     ),
+    Setting(
+        "skip_mpi_check",
+        False,
+        "do not check the launcher's MPI/PMIx against the image's before Horovod starts",
+        _flag,
+    ),
     Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
     Setting("doctor_network", False, "check the interconnect instead (ctrain doctor)", _flag),
     Setting("check_network", False, "job scripts run ctrain doctor --network first", _flag),
@@ -189,6 +195,7 @@ class Settings(NamedTuple):
     quiet: bool
     keras: str
     tune: str
+    skip_mpi_check: bool
     data_dir: str | None
     doctor_network: bool
     check_network: bool

@@ -20,6 +20,7 @@ from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES, TUNE_C
 @setting_option("quiet", is_flag=True, flag_value="true")
 @setting_option("keras", type=click.Choice(KERAS_CHOICES))
 @setting_option("tune", type=click.Choice(TUNE_CHOICES))
+@setting_option("skip_mpi_check", is_flag=True, flag_value="true")
 @click.option("--explain", is_flag=True, help="Print the plan for this rank and run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -35,6 +36,6 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
     options = LaunchOptions.from_settings(s)
     plan = start.prepare(options, os.environ, command)
     if explain:
-        click.echo(start.explain(plan, as_json))
+        click.echo(start.explain(plan, as_json, start.mpi_verdict(plan, options, os.environ)))
         return
     start.exec_plan(plan, command, os.environ, quiet=s.quiet)

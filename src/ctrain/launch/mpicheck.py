@@ -24,7 +24,6 @@ from ctrain.names import Mode
 
 PROCEED, WARN, REFUSE = "proceed", "warn", "refuse"
 _SEVERITY = {PROCEED: 0, WARN: 1, REFUSE: 2}
-SWITCH = "CTRAIN_MPI_CHECK"  # "off" skips the check
 _URI = re.compile(r"PMIX_SERVER_URI(\d*)")
 GLOO = "switch Horovod to Gloo (HOROVOD_CONTROLLER=gloo, or horovodrun --gloo): it needs no MPI"
 OWN_MPIRUN = (
@@ -180,8 +179,6 @@ def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
 
 def unchecked(mode: Mode, environ: Mapping[str, str]) -> str:
     """Why this rank's MPI is not checked, or "" when it is."""
-    if environ.get(SWITCH, "").lower() in ("off", "0", "false", "no"):
-        return f"{SWITCH}={environ[SWITCH]}"
     if mode is not Mode.HOROVOD:
         return f"mode {mode.value} does not use MPI"
     if environ.get("HOROVOD_CONTROLLER", "").lower() == "gloo" or environ.get(

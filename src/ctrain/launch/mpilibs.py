@@ -108,9 +108,10 @@ def image_mpi(environ: Mapping[str, str], root: Path = Path("/")) -> ImageMpi:
     return ImageMpi()
 
 
-def check(mode: Mode, environ: Mapping[str, str]) -> Verdict:
-    """The verdict for a rank in ``mode``; the image's files are read only when it is checked."""
-    why_not = unchecked(mode, environ)
+def check(mode: Mode, environ: Mapping[str, str], skip: bool = False) -> Verdict:
+    """The verdict for a rank in ``mode``; the image's files are read only when it is checked.
+    ``skip``: the user's --skip-mpi-check (CTRAIN_SKIP_MPI_CHECK), for a verdict that is wrong."""
+    why_not = "--skip-mpi-check" if skip else unchecked(mode, environ)
     if why_not:
         return Verdict(PROCEED, False, f"not checked: {why_not}")
     return verdict(mode, environ, image_mpi(environ))

@@ -51,6 +51,7 @@ class LaunchOptions(NamedTuple):
     keep_proxies: bool = False
     keras: str = AUTO
     tune: str = AUTO
+    skip_mpi_check: bool = False
 
     @classmethod
     def from_settings(cls, s: Settings) -> LaunchOptions:
@@ -62,6 +63,7 @@ class LaunchOptions(NamedTuple):
             keep_proxies=s.keep_proxies,
             keras=s.keras,
             tune=s.tune,
+            skip_mpi_check=s.skip_mpi_check,
         )
 
 

@@ -16,6 +16,7 @@ from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.mpicheck import Verdict
 from ctrain.launch.plan import (
     LaunchOptions,
     Plan,
@@ -79,19 +80,24 @@ def prepare(
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
     plan = make_plan(job, options, environ, gpus, script_imports_keras(command), this_cpus())
-    mpilibs.enforce(mpilibs.check(plan.mode, {**environ, **plan.env_set}), plan.place.rank)
+    mpilibs.enforce(mpi_verdict(plan, options, environ), plan.place.rank)
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
     return plan
 
 
-def explain(plan: Plan, as_json: bool, environ: Mapping[str, str] | None = None) -> str:
+def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) -> Verdict:
+    """The launcher's MPI against the image's, for this plan (docs/cluster.md)."""
+    return mpilibs.check(plan.mode, {**environ, **plan.env_set}, options.skip_mpi_check)
+
+
+def explain(plan: Plan, as_json: bool, mpi: Verdict | None = None) -> str:
+    """The plan as ``--explain`` prints it; with ``mpi``, JSON shows the MPI check's verdict."""
     if as_json:
         import json
 
-        outer = os.environ if environ is None else environ
-        mpi_check = mpilibs.check(plan.mode, {**outer, **plan.env_set})
-        return json.dumps({**plan.explain(), "mpi_check": mpi_check.explain()}, indent=2)
+        shown = plan.explain() if mpi is None else {**plan.explain(), "mpi_check": mpi.explain()}
+        return json.dumps(shown, indent=2)
     tuned = {t.name for t in plan.tuned}
     lines = [plan.banner()]
     set_ = sorted(plan.env_set.items())

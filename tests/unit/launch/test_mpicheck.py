@@ -152,11 +152,6 @@ NOT_CHECKED = {
         {**LAUNCHERS["slurm-pmix1"], "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"},
         "Horovod runs on Gloo",
     ),
-    "switched off": (
-        Mode.HOROVOD,
-        {**LAUNCHERS["slurm-pmix1"], "CTRAIN_MPI_CHECK": "off"},
-        "CTRAIN_MPI_CHECK=off",
-    ),
 }
 
 

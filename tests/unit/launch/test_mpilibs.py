@@ -181,7 +181,7 @@ def test_a_refusal_stops_the_launch_before_the_command_runs(tmp_path: Path) -> N
     assert not marker.exists()
     done = run_ctrain("launch", "--mode", "horovod", "--explain", "--json", env=env, timeout=60)
     assert done.returncode == 4 and done.stdout == ""
-    off = launch_env("prrte-5.0", CTRAIN_MPI_CHECK="off")
+    off = launch_env("prrte-5.0", CTRAIN_SKIP_MPI_CHECK="true")
     done = run_ctrain("launch", "--mode", "horovod", "--", *command, env=off, timeout=60)
     assert done.returncode == 0, done.stderr
     assert marker.exists()
