@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 
 import pytest
 
@@ -27,6 +28,7 @@ def test_doctor_json_on_this_machine() -> None:
         "tensorflow",
         "horovod",
         "mpi",
+        "mpi-match",
     ]
     for check in checks.values():
         assert check["status"] in ("PASS", "WARN", "FAIL")
@@ -40,6 +42,10 @@ def test_doctor_json_on_this_machine() -> None:
     horovod = checks["horovod"]
     assert horovod["status"] in ("PASS", "WARN"), horovod
     assert "MPI yes, Gloo yes" in horovod["detail"]
+
+    match = checks["mpi-match"]  # outside any launch: this side's releases, nothing to compare
+    assert match["status"] == "PASS", match
+    assert re.match(r"Open MPI 4\.1\.\d+, PMIx 4\.2\.\d+ \(dpkg\); not checked", match["detail"])
 
     failed = any(c["status"] == "FAIL" for c in checks.values())
     assert data["summary"]["failed"] is failed
