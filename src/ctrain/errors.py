@@ -74,6 +74,27 @@ class ExternalToolError(CtrainError):
     exit_code = 5
 
 
+class PullError(ExternalToolError):
+    """A pull's download failed: the registry refused the image, has no such image, or could
+    not be reached."""
+
+    @classmethod
+    def unpublished(cls, image: str, cause: CtrainError) -> PullError:
+        """The failed pull of the `image` setting's default ``image``, which no registry holds
+        until a release publishes it: build it, or push it to a registry of one's own."""
+        from ctrain import __version__ as v
+
+        return cls(
+            f"the default image {image} is not published (yet), or its registry cannot be "
+            f"reached ({cause.message})",
+            "build it here with `make image` (or `make image-cpu`) in a checkout of ctrain and "
+            f"set CTRAIN_IMAGE=... to what it built (build/ctrain-{v}.sif with apptainer; with "
+            f"Docker, ctrain:{v} for --runtime docker, docker-daemon:ctrain:{v} for apptainer), "
+            "or push it to your site's registry with `make push REGISTRY=...` and pull that "
+            f"(CTRAIN_IMAGE=docker://REGISTRY/ctrain:{v})",
+        )
+
+
 class CheckpointError(CtrainError):
     """A checkpoint that cannot be used: another model or configuration, or damaged."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError, PullError
 from ctrain.images import cachedir
 from ctrain.images.engine import (
     EngineImage,
@@ -84,7 +84,10 @@ def pull_engine(
     ):
         return PullResult(plan.ref, False, sidecar, "up to date")
     say(f"pulling {plan.ref} with {plan.runtime}")
-    said = download()
+    try:
+        said = download()
+    except ExternalToolError as exc:  # the registry refused it, or could not be reached
+        raise PullError(exc.message, exc.fix) from exc
     image = inspect()
     if image is None:
         raise ExternalToolError(

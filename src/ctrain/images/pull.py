@@ -6,17 +6,23 @@
 - pyxis: an enroot squashfs file (images.enroot);
 - charliecloud: an image directory (images.charliecloud);
 - docker, podman: the engine's own store (images.engine_pull).
+
+A failed download of the `image` setting's default, which no registry may hold until a release
+publishes it, ends in the one line that says so and how to build or push it (``pull``).
 """
 
 from __future__ import annotations
 
-from ctrain.errors import ConfigError
+from pathlib import Path
+
+from ctrain.errors import ConfigError, CtrainError, PullError
 from ctrain.images.charliecloud import CharliecloudStore
 from ctrain.images.engine_pull import EngineStore
 from ctrain.images.enroot import EnrootStore
 from ctrain.images.sif_pull import SifStore
 from ctrain.images.store import PullAsk, Pulling, PullPlan, PullResult, Store
 from ctrain.names import CHARLIECLOUD, ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
+from ctrain.settings import BY_NAME
 
 STORES: dict[str, Store] = {
     **{name: SifStore() for name in SIF_RUNTIMES},
@@ -42,6 +48,30 @@ def plan(asked: PullAsk) -> PullPlan:
     return store_of(asked.runtime).plan(asked)
 
 
+def default_image() -> str:
+    """The `image` setting's default: ctrain's release image."""
+    return str(BY_NAME["image"].default)
+
+
+def is_default(plan: PullPlan) -> bool:
+    """Whether ``plan`` pulls the default image, however it was given (the reference compared
+    as ``plan``'s store takes it: with or without docker://, in enroot's form; the cache root
+    given does not change it)."""
+    asked = PullAsk(
+        default_image(), plan.runtime, plan.program, None, plan.lock.parent, False, Path.is_dir
+    )
+    try:
+        return store_of(plan.runtime).plan(asked).ref == plan.ref
+    except CtrainError:
+        return False
+
+
 def pull(plan: PullPlan, run: Pulling) -> PullResult:
-    """Run the pull ``plan`` with its runtime's store."""
-    return store_of(plan.runtime).pull(plan, run)
+    """Run the pull ``plan`` with its runtime's store; a failed download of the default image
+    is the PullError that says it is not published (yet), with the tool's reason."""
+    try:
+        return store_of(plan.runtime).pull(plan, run)
+    except PullError as exc:
+        if is_default(plan):
+            raise PullError.unpublished(default_image(), exc) from exc
+        raise

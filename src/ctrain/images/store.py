@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from ctrain.errors import ConfigError, ExternalToolError, Interrupted
+from ctrain.errors import ConfigError, Interrupted, PullError
 from ctrain.images import cachedir
 from ctrain.images.sif import Action, Sidecar
 from ctrain.util import fs, locks, proc
@@ -154,7 +154,7 @@ def pull_lock(plan: PullPlan, where: str, environ: Mapping[str, str], say: Say) 
 
 def run_tool(argv: list[str], env: Mapping[str, str], what: str, fix: str, echo: Say) -> None:
     """Run a pull tool, its output lines to ``echo``: a signal passed on to it ends the pull as
-    Interrupted, a failure as ExternalToolError with the last of what it said."""
+    Interrupted, a failure as PullError with the last of what it said."""
     said: deque[str] = deque(maxlen=proc.TAIL_LINES)
 
     def on_line(line: str) -> None:
@@ -168,7 +168,7 @@ def run_tool(argv: list[str], env: Mapping[str, str], what: str, fix: str, echo:
         )
     if code != 0:
         last = proc.last_line("".join(said)) or f"exit code {code}"
-        raise ExternalToolError(f"{what} failed: {last}", f"{fix}; {UNTOUCHED}")
+        raise PullError(f"{what} failed: {last}", f"{fix}; {UNTOUCHED}")
 
 
 class FileStore(abc.ABC):

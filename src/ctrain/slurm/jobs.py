@@ -266,7 +266,11 @@ def _tasks_per_node(v: Resolved) -> int:
     elif tasks == 0:
         tasks = 1  # CPU-only: one rank per node unless asked
     if tasks < 1 or v.cpus_per_task < 1:
-        raise JobRequestError("--tasks-per-node and --cpus-per-task must be at least 1", "")
+        raise JobRequestError(
+            "--tasks-per-node and --cpus-per-task must be at least 1",
+            "give each a positive number, or leave --tasks-per-node out (it follows "
+            "--gpus-per-node, else 1)",
+        )
     return tasks
 
 
