@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import errno
 
+from ctrain import __version__
+
 #: The exit status with which training asks its job script to requeue the job (EX_TEMPFAIL).
 REQUEUE_EXIT_CODE = 75
 
@@ -82,8 +84,7 @@ class PullError(ExternalToolError):
     def unpublished(cls, image: str, cause: CtrainError) -> PullError:
         """The failed pull of the `image` setting's default ``image``, which no registry holds
         until a release publishes it: build it, or push it to a registry of one's own."""
-        from ctrain import __version__ as v
-
+        v = __version__
         return cls(
             f"the default image {image} is not published (yet), or its registry cannot be "
             f"reached ({cause.message})",
