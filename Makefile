@@ -12,7 +12,7 @@ export TF_VERSION
 # mode (pytest marker `modes`) on each, from its own venv .venv-tfVERSION.
 OTHER_TF = $(filter-out $(TF_VERSION),$(shell $(MATRIX) versions))
 
-.PHONY: help system install horovod services services-stop test test-suite test-matrix test-unit lint mutation demo clean
+.PHONY: help system install horovod services services-stop test test-suite test-matrix test-unit lint docs mutation demo clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -48,11 +48,17 @@ services-stop:  ## stop what `make services` started (and remove its compute hos
 # README's test command ends here, and so does CI (.ci/run is `make system install services test`
 # with CI=true). Each part runs even when one before it failed, and any failure fails the whole.
 test:  ## lint, all tests on TF_VERSION (unit and real Slurm, MPI, Docker, TensorFlow, Horovod), then test-matrix
-	@rc=0; for part in lint test-suite test-matrix; do \
+	@rc=0; for part in lint docs test-suite test-matrix; do \
 	  echo "== make $$part: start $$(date -u +%FT%TZ)"; \
 	  $(MAKE) --no-print-directory $$part || rc=$$?; \
 	  echo "== make $$part: end $$(date -u +%FT%TZ)"; \
 	done; exit $$rc
+
+# The site from docs/ and mkdocs.yml into build/site (a few seconds). Warnings are errors: a
+# link to a missing page or anchor, an absolute link, a page outside the nav. The reference
+# pages are generated from the code as it builds (scripts/docs-reference.py).
+docs:  ## build the documentation site into build/site with mkdocs --strict (broken links fail)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test-suite:  ## all tests on TF_VERSION only
 	$(VPY) -m pytest -ra --durations=30 tests
@@ -71,11 +77,12 @@ test-unit:  ## unit tests only (no services needed)
 # and the golden rendered job scripts.
 SHELL_FILES = $(shell git ls-files '*.sh' '*.sbatch' .ci/run)
 
-lint:  ## ruff check and format, mypy --strict on src, shellcheck on every tracked shell file
+lint:  ## ruff check and format, mypy --strict on src, shellcheck on every tracked shell file, actionlint on the workflows
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
 	$(VENV)/bin/mypy
 	shellcheck $(SHELL_FILES)
+	$(VENV)/bin/actionlint .github/workflows/*.yml
 
 # The pure core by area (mutant-name patterns; the files are [tool.mutmut] source_paths). Of
 # images/overlay.py and util/fs.py only the size parsing and formatting functions.
