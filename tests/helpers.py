@@ -8,6 +8,7 @@ editable install may point at another checkout).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ import pytest
 import ctrain
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout
+DOCS_REFERENCE = REPO / "scripts" / "docs-reference.py"
 BIN = Path(sys.executable).parent
 CTRAIN = str(BIN / "ctrain")
 SRC = str(Path(ctrain.__file__).resolve().parent.parent)
@@ -163,3 +166,12 @@ def need(ok: bool, message: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and {message}", pytrace=False)
     pytest.skip(message)
+
+
+def docs_reference() -> ModuleType:
+    """scripts/docs-reference.py, the generator of the site's reference pages, as a module."""
+    spec = importlib.util.spec_from_file_location("docs_reference", DOCS_REFERENCE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

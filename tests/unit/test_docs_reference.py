@@ -5,14 +5,12 @@ page."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import click
 import pytest
@@ -21,20 +19,10 @@ from ctrain import errors, matrix
 from ctrain.cli import COMMANDS
 from ctrain.cli import main as root
 from ctrain.settings import SETTINGS
-from tests.helpers import REPO
+from tests.helpers import DOCS_REFERENCE, REPO, docs_reference
 
-SCRIPT = REPO / "scripts" / "docs-reference.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = load()
+SCRIPT = DOCS_REFERENCE
+ref = docs_reference()
 
 
 def every_command(

@@ -1,5 +1,6 @@
-"""The error family: every exit code in ctrain.errors is in README's table and the other way
-round, each error prints one line, and an OSError becomes an error that names the file."""
+"""The error family: the exit-code reference page the site generates lists every code of
+ctrain.errors and no other, each error prints one line, and an OSError becomes an error that
+names the file."""
 
 from __future__ import annotations
 
@@ -10,21 +11,19 @@ from pathlib import Path
 import pytest
 
 from ctrain import errors
-from tests.helpers import REPO
-
-README = REPO / "README.md"
+from tests.helpers import REPO, docs_reference
 
 
-def readme_exit_codes() -> dict[int, set[str]]:
-    """README's exit-code table: code -> the names in its `ctrain.errors` column."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+def page_exit_codes() -> dict[int, set[str]]:
+    """The generated exit-code page's table: code -> the names in its `ctrain.errors` column."""
+    lines = docs_reference().exit_codes_page().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| exit code |"))
     table: dict[int, set[str]] = {}
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        table[int(cells[0])] = set(re.findall(r"`(\w+)`", cells[-1]))
+        code, names = line.split(" | ")[0].strip("| "), line.rsplit(" | ", 1)[-1]
+        table.setdefault(int(code), set()).update(re.findall(r"`(\w+)`", names))
     return table
 
 
@@ -37,16 +36,8 @@ def code_exit_codes() -> dict[int, set[str]]:
     return found
 
 
-def test_readme_table_is_errors_py() -> None:
-    assert readme_exit_codes() == code_exit_codes()
-
-
-def test_shared_codes_are_said_to_be_shared() -> None:
-    lines = README.read_text(encoding="utf-8").splitlines()
-    for code, names in code_exit_codes().items():
-        if len(names) > 1:
-            row = next(line for line in lines if line.startswith(f"| {code} |"))
-            assert f"share {code}" in row
+def test_the_exit_code_page_is_errors_py() -> None:
+    assert page_exit_codes() == code_exit_codes()
 
 
 def test_line_is_one_line_with_the_fix() -> None:
@@ -83,7 +74,7 @@ def test_requeue_exit_code_has_one_value_everywhere() -> None:
     import ctrain.train.checkpoints
 
     assert ctrain.train.checkpoints.REQUEUE_EXIT_CODE == errors.REQUEUE_EXIT_CODE
-    templates = sorted((README.parent / "jobs").glob("*.sbatch"))
+    templates = sorted((REPO / "jobs").glob("*.sbatch"))
     assert templates
     for template in templates:  # the job scripts cannot import it: they say it literally
         lines = template.read_text(encoding="utf-8").splitlines()

@@ -1,6 +1,7 @@
-"""README's exit-code table, row by row, each from a real command line: the code, and for an
-error one ``ctrain: error: ... Fix: ...`` line and no traceback. A row added to the table without
-a case here fails; codes only a training run can show name the test that shows them."""
+"""The exit codes of the reference page (generated from ctrain.errors for the site), code by
+code, each from a real command line: the code, and for an error one ``ctrain: error: ... Fix:
+...`` line and no traceback. A code added without a case here fails; codes only a training run
+can show name the test that shows them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REPO, SRC, SYSTEM_PATH
+from tests.helpers import CTRAIN, REPO, SRC, SYSTEM_PATH, docs_reference
 
 TIMEOUT = 120
 # A training script's use of ctrain's checkpoint API (no TensorFlow): resume from a checkpoint
@@ -55,9 +56,9 @@ ELSEWHERE = {
 
 
 def table_codes() -> list[int]:
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| exit code | meaning |") :].split("\n\n", 1)[0]
-    return [int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
+    page = docs_reference().exit_codes_page()
+    table = page[page.index("| exit code | meaning |") :].split("\n\n", 1)[0]
+    return sorted({int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)})
 
 
 def test_every_row_of_the_table_has_a_case() -> None:

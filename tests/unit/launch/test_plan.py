@@ -253,7 +253,8 @@ def test_no_port_above_65535(hosts: tuple[str, ...], base: int, block: int, high
         assert "CTRAIN_PORT_BASE" in caught.value.fix
 
 
-# Written out here, not taken from the module: what README promises `ctrain launch` removes.
+# Written out here, not taken from the module: what docs/multi-node.md promises `ctrain launch`
+# removes.
 PROXIES_REMOVED = (
     "http_proxy",
     "HTTP_PROXY",
