@@ -11,7 +11,7 @@ variables are present:
   major release. ``OMPI_MCA_orte_*`` variables mark ORTE (Open MPI 4.x and older); rank
   variables without them mark PRRTE (Open MPI 5 and newer).
 
-docs/cluster.md ("Host and container MPI") gives the sources of every rule.
+docs/mpi-and-network.md ("Host and container MPI") gives the sources of every rule.
 """
 
 from __future__ import annotations
