@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError, PullError
 from ctrain.images import cachedir
 from ctrain.images.refs import safe_name
 from ctrain.images.sif import (
@@ -141,7 +141,10 @@ class CharliecloudStore(FileStore):
         if fetch is None:
             _from_docker(plan.program, name, temp, env, temp_space, fix)
         else:
-            proc.check(fetch, env, CONVERT_TIMEOUT, what=f"ch-image pull {plan.ref}", fix=fix)
+            try:
+                proc.check(fetch, env, CONVERT_TIMEOUT, what=f"ch-image pull {plan.ref}", fix=fix)
+            except ExternalToolError as exc:  # the registry refused it, or could not be reached
+                raise PullError(exc.message, exc.fix) from exc
             argv = convert_argv(plan.program, fmt, name, temp, temp_space)
             proc.check(argv, env, CONVERT_TIMEOUT, what=f"ch-convert of {plan.ref}", fix=fix)
         if not (temp / "bin").exists():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError, PullError
 from ctrain.images import charliecloud, docker_api, pull
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.sif import read_sidecar
@@ -224,3 +224,15 @@ def test_registry_pull_goes_through_ch_image_storage(tmp_path: Path) -> None:
     assert charliecloud.storage_env(target) == {
         "CH_IMAGE_STORAGE": str(tmp_path / "charliecloud" / "storage")
     }
+
+
+def test_the_unpublished_default_through_ch_image_says_so(tools: Path, tmp_path: Path) -> None:
+    """ch-image pull of the default image fails (no release yet): the one PullError that says
+    it is not published, with ch-image's reason."""
+    ch_image = tools.with_name("ch-image")
+    ch_image.write_text("#!/bin/sh\necho 'error: manifest unknown' >&2\nexit 1\n")
+    ch_image.chmod(0o755)
+    with pytest.raises(PullError) as caught:
+        run_pull(tools, tmp_path, ref=pull.default_image())
+    assert caught.value.message.startswith(f"the default image {pull.default_image()} is not")
+    assert "manifest unknown" in caught.value.message and "make image" in caught.value.fix
