@@ -37,7 +37,7 @@ from ctrain.images import refs, sif
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import REGISTRY, need, registry_up
 
-from .images import DEFAULT, ci_cpu_sif
+from .images import DEFAULT, ci_cpu_sif, ci_cpu_sif_in_registry
 from .jobs import BIN
 from .test_built_images import LABEL_PINS, pins
 from .test_jobs_real import (
@@ -56,7 +56,6 @@ from .test_jobs_real import (
 from .test_multinode import SUBNET
 
 EPOCHS = 2  # the requeue test holds before epoch 1, step 5
-PUSH_TIMEOUT = 900  # the CPU image's layers into the local registry, the first time
 pytestmark = [
     pytest.mark.apptainer,
     pytest.mark.docker,
@@ -70,15 +69,7 @@ pytestmark = [
 def remote_image() -> str:
     """The CPU SIF built from the definition, in the local registry as ``oras://...``."""
     need(registry_up(), f"no registry at {REGISTRY} (make services)")
-    ref = f"oras://{REGISTRY}/ctrain-test/ctrain-cpu-sif:ci"
-    done = subprocess.run(
-        ["apptainer", "push", str(ci_cpu_sif().path), ref],
-        capture_output=True,
-        text=True,
-        timeout=PUSH_TIMEOUT,
-    )
-    assert done.returncode == 0, done.stderr
-    return ref
+    return ci_cpu_sif_in_registry()
 
 
 def test_the_cpu_sif_is_built_from_the_definition_with_the_matrix_pins() -> None:

@@ -175,3 +175,23 @@ def busybox_base() -> str:
             check=True,
         )
     return BUSYBOX_BASE
+
+
+PUSH_TIMEOUT = 900  # the CPU SIF into the local registry, the first time
+
+
+@functools.cache
+def ci_cpu_sif_in_registry() -> str:
+    """The CPU SIF (or $CTRAIN_TEST_CPU_SIF as it is) pushed to the local registry (`make
+    services`) as ``oras://...``, as `make push` does: once per session, by whichever test asks
+    first."""
+    ref = f"oras://127.0.0.1:5000/ctrain-test/ctrain-cpu-sif:{TAG}"
+    sif = os.environ.get("CTRAIN_TEST_CPU_SIF") or str(ci_cpu_sif().path)
+    done = subprocess.run(
+        ["apptainer", "push", sif, ref],
+        capture_output=True,
+        text=True,
+        timeout=PUSH_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    return ref
