@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, need
 
 INSTALL = REPO / "docker" / "install.sh"
 RDMA_PACKAGES = ("libibverbs1", "ibverbs-providers")
@@ -65,15 +65,14 @@ def _debian_major(root: Path = Path("/")) -> str:
 
 @pytest.mark.parametrize("package", sorted(CHAIN))
 def test_the_chain_is_debian_12s(package: str) -> None:
-    if shutil.which("apt-cache") is None or _debian_major() != "12":
-        pytest.skip("the chain is checked where apt is Debian 12's, the images' base")
+    debian12 = shutil.which("apt-cache") is not None and _debian_major() == "12"
+    need(debian12, "the chain is checked where apt is Debian 12's, the images' base")
     done = subprocess.run(
         ["apt-cache", "depends", "--no-recommends", "--no-suggests", package],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    if done.returncode != 0:
-        pytest.skip(f"apt-cache knows no {package} here (no package lists: apt-get update)")
+    need(done.returncode == 0, f"apt-cache knows no {package} (apt-get update, or make system)")
     depends = set(re.findall(r"^\s+\|?(?:Pre)?Depends: (\S+)", done.stdout, re.MULTILINE))
     assert set(CHAIN[package]) <= depends, done.stdout
