@@ -6,6 +6,12 @@
 #   dockerd         with --bridge=none --iptables=false --ip-masq=false (no default bridge, ever)
 #   docker-registry a local image registry on 127.0.0.1:5000 only
 #
+# Disk: every test run pushes new layers and SIFs under the same tags and builds images again, so
+# start also takes back what earlier runs left: the registry is garbage-collected (manifests no tag
+# names, and their blobs) before it starts, and dockerd's BuildKit keeps at most
+# CTRAIN_BUILD_CACHE (default 20GB) of build cache, least recently used first. It ends with the
+# free space where tests write, and a warning under CTRAIN_SERVICES_MIN_FREE_GIB (default 15).
+#
 # Usage: scripts/services.sh start|stop|status
 #   start   starts whatever is not running (safe to repeat), then verifies every service:
 #           `munge -n | unmunge`, node idle, `srun -n 2`, `srun --mpi=pmix -n 2`, `docker info`,
@@ -28,6 +34,8 @@
 set -euo pipefail
 
 WAIT=${CTRAIN_SERVICES_WAIT:-60}
+BUILD_CACHE=${CTRAIN_BUILD_CACHE:-20GB}
+MIN_FREE_GIB=${CTRAIN_SERVICES_MIN_FREE_GIB:-15}
 NODES=${CTRAIN_SERVICES_NODES:-0}
 export PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld, slurmd, dockerd live in sbin
 LOGDIR=/var/log/ctrain
@@ -43,6 +51,7 @@ MUNGED_PID=/run/munge/munged.pid
 MUNGED_LOG=/var/log/munge/munged.log
 DOCKERD_PID=/run/ctrain-dockerd.pid
 DOCKERD_LOG=$LOGDIR/dockerd.log
+DOCKERD_CONF=/etc/ctrain/dockerd.json
 REGISTRY_CONF=/etc/ctrain/registry.yml
 REGISTRY_DIR=/var/lib/ctrain-registry
 REGISTRY_PID=/run/ctrain-registry.pid
@@ -356,8 +365,31 @@ start_slurm() {
 # bridge and iptables rules; it is replaced by ours, which has none.
 dockerd_is_ours() { tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- '--bridge=none'; }
 
+# dockerd's settings file: this machine's own /etc/docker/daemon.json where there is one (it may
+# move the data root, say), else ours, which only bounds BuildKit's cache; without a bound,
+# Docker 20.10 keeps every build's cache forever.
+dockerd_conf_text() {
+    cat <<EOF
+{"builder": {"gc": {"enabled": true, "defaultKeepStorage": "$BUILD_CACHE"}}}
+EOF
+}
+
+dockerd_config_file() {
+    if [ -f /etc/docker/daemon.json ]; then
+        echo /etc/docker/daemon.json
+        return
+    fi
+    install -d -m 0755 "$(dirname "$DOCKERD_CONF")"
+    local new
+    new=$(dockerd_conf_text)
+    [ -f "$DOCKERD_CONF" ] && [ "$(cat "$DOCKERD_CONF")" = "$new" ] || printf '%s\n' "$new" >"$DOCKERD_CONF"
+    echo "$DOCKERD_CONF"
+}
+
 start_docker() {
     install -d -m 0755 "$LOGDIR"
+    local conf
+    conf=$(dockerd_config_file)
     if pid=$(pid_of dockerd "$DOCKERD_PID") && ! dockerd_is_ours "$pid"; then
         log "dockerd: pid $pid runs with a bridge; replacing it"
         if [ -d /run/systemd/system ]; then
@@ -365,6 +397,10 @@ start_docker() {
         fi
         stop_daemon dockerd "$DOCKERD_PID"
         ip link delete docker0 >/dev/null 2>&1 || true
+    elif pid=$(pid_of dockerd "$DOCKERD_PID") \
+        && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--config-file=$conf"; then
+        log "dockerd: pid $pid runs without $conf; restarting it"
+        stop_daemon dockerd "$DOCKERD_PID"
     fi
     if pid=$(pid_of dockerd "$DOCKERD_PID"); then
         log "dockerd: already running (pid $pid)"
@@ -372,7 +408,7 @@ start_docker() {
         log "dockerd: starting (log $DOCKERD_LOG)"
         # setsid: its own session, so it outlives this script and the caller's terminal/CI step.
         setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
-            --pidfile="$DOCKERD_PID" </dev/null >>"$DOCKERD_LOG" 2>&1 9>&- &
+            --config-file="$conf" --pidfile="$DOCKERD_PID" </dev/null >>"$DOCKERD_LOG" 2>&1 9>&- &
     fi
     wait_for "docker info" "$DOCKERD_LOG" docker info
     log "docker: engine answers"
@@ -408,6 +444,20 @@ registry_ok() {
         head -n1 <&3 | grep -q " 200 "' "$REGISTRY_ADDR" "$REGISTRY_PORT"
 }
 
+# Garbage-collect the stopped registry: a push under a tag that was already there leaves the old
+# manifest untagged and its layers in place; the registry's own collector removes both (it must
+# not run while the registry serves).
+collect_registry_garbage() {
+    local before after out
+    before=$(du -sm "$REGISTRY_DIR" | cut -f1)
+    if ! out=$(/usr/bin/docker-registry garbage-collect --delete-untagged "$REGISTRY_CONF" 2>&1); then
+        printf '%s\n' "$out" | tail -n 20 >&2
+        die "docker-registry garbage-collect failed. Fix: look at the lines above; the registry's files are in $REGISTRY_DIR"
+    fi
+    after=$(du -sm "$REGISTRY_DIR" | cut -f1)
+    log "registry: garbage-collected $REGISTRY_DIR: $before MB before, $after MB after"
+}
+
 start_registry() {
     install -d -m 0755 "$LOGDIR" "$REGISTRY_DIR" "$(dirname "$REGISTRY_CONF")"
     local new pid
@@ -428,6 +478,7 @@ start_registry() {
     if pid=$(pid_of docker-registry "$REGISTRY_PID"); then
         log "docker-registry: already running (pid $pid)"
     else
+        collect_registry_garbage
         log "docker-registry: starting on $REGISTRY_ADDR:$REGISTRY_PORT (log $REGISTRY_LOG)"
         setsid /usr/bin/docker-registry serve "$REGISTRY_CONF" </dev/null >>"$REGISTRY_LOG" 2>&1 9>&- &
         echo $! >"$REGISTRY_PID"
@@ -529,6 +580,22 @@ cmd_stop() {
     stop_daemon munged "$MUNGED_PID"
 }
 
+# Free space where the tests write (temporary files, images, the registry): one line each, and a
+# warning where it is short, so that a run that fills the disk says so before it starts.
+report_disk() {
+    local dir dev mount free seen=" "
+    for dir in "${TMPDIR:-/tmp}" /var/lib/docker "$REGISTRY_DIR"; do
+        dev=$(stat -c %d "$dir")  # a bind mount of the same filesystem has the same device
+        case "$seen" in *" $dev "*) continue ;; esac
+        seen="$seen$dev "
+        read -r mount free < <(df -P -BG "$dir" | awk 'NR == 2 { sub(/G$/, "", $4); print $6, $4 }')
+        log "disk: $free GiB free on $mount (for $dir)"
+        if [ "$free" -lt "$MIN_FREE_GIB" ]; then
+            echo "services: WARNING: $mount has $free GiB free, under $MIN_FREE_GIB GiB: image builds, SIFs and the tests may fill it. Fix: free space there (docker builder prune; old SIFs in build/)" >&2
+        fi
+    done
+}
+
 cmd_start() {
     local t0=$SECONDS cmd
     for cmd in munged slurmctld slurmd srun sinfo scontrol dockerd docker /usr/bin/docker-registry; do
@@ -539,6 +606,7 @@ cmd_start() {
     start_docker
     start_registry
     configure_podman
+    report_disk
     log "all services up ($((SECONDS - t0)) s)"
 }
 
