@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--out runs/bench]
                                        [--only startup,launch,scaling,input,memory,scripts,
-                                              apptainer]
+                                              apptainer,profile]
 
 Sections (README.md, section Benchmarks, shows the figures):
   startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
@@ -17,6 +17,8 @@ Sections (README.md, section Benchmarks, shows the figures):
            the same through ctrain's API, 2 workers (benchmarks/scripts_vs_api.py)
   apptainer  `ctrain exec` against `apptainer exec` on the same SIF, with and without
            `--no-launch`, and where the difference goes (benchmarks/apptainer_exec.py)
+  profile  `ctrain launch --profile` against none on a small tf-keras script: steps/s outside
+           and inside the traced window (benchmarks/profile_overhead.py)
 
 Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
 `make install services`. Numbers are ratios taken in the same run, interleaved where it
@@ -39,12 +41,13 @@ from typing import Any
 from apptainer_exec import apptainer_exec, apptainer_table
 from common import REPO, T0, say
 from overhead import launch_overhead, launch_table, memory, memory_table
+from profile_overhead import profile_overhead, profile_table
 from scaling import scaling, scaling_plot, scaling_table
 from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
 from throughput import input_pipeline, input_table
 
-SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts", "apptainer")
+SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts", "apptainer", "profile")
 
 
 def find_image(requested: str | None) -> str | None:
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling-reps", type=int, default=5, help="scaling repetitions")
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
     parser.add_argument("--sif", help="SIF with Python and ctrain for section apptainer")
+    parser.add_argument("--profile-reps", type=int, default=5, help="profile repetitions")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -125,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         say("apptainer exec")
         results["apptainer"] = apptainer_exec(args.startup_reps, work, args.sif)
         tables.append(("ctrain exec on Apptainer", apptainer_table(results["apptainer"])))
+    if "profile" in only:
+        results["profile"] = profile_overhead(work, args.profile_reps)
+        tables.append(("Profiling overhead", profile_table(results["profile"])))
     load_after = os.getloadavg()
     elapsed = time.monotonic() - T0
     head = (

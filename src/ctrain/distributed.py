@@ -26,13 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctrain.errors import LaunchError
+from ctrain.errors import ConfigError, LaunchError
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.plan import LEGACY_KERAS, LaunchOptions, make_plan, tf_keras_chosen
-from ctrain.launch.start import script_imports_keras
+from ctrain.launch.keras import LEGACY_KERAS, tf_keras_chosen
+from ctrain.launch.plan import LaunchOptions, make_plan
+from ctrain.launch.profile import (
+    AUTO_RANKS,
+    DEFAULT_PROFILE_DIR,
+    check_ranks,
+    parse_window,
+    profile_environment,
+)
+from ctrain.launch.start import script_imports_keras, this_process
+from ctrain.names import ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE, Mode
 from ctrain.names import Launched as Launched
-from ctrain.names import Mode
 from ctrain.settings import resolve
+from ctrain.train import profiling
+from ctrain.train import steps as step_hooks
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 
 
@@ -47,7 +57,8 @@ def prepare_environ(environ: MutableMapping[str, str], script: str | None = None
 
     options = LaunchOptions.from_settings(resolve({}, environ, Path.cwd()))
     keras3 = script_imports_keras([script] if script else [])
-    plan = make_plan(job, options, environ, visible_gpus(job, environ), keras3)
+    gpus = visible_gpus(job, environ)
+    plan = make_plan(job, options, environ, gpus, keras3, process=this_process())
     for name in plan.env_unset:
         environ.pop(name, None)
     environ.update(plan.env_set)
@@ -225,6 +236,48 @@ class Context:
         callback = self._preemption.get("callback")
         return bool(callback is not None and callback.stopped)
 
+    def profile(
+        self,
+        steps: str,
+        ranks: str = AUTO_RANKS,
+        directory: str | os.PathLike[str] = DEFAULT_PROFILE_DIR,
+    ) -> None:
+        """Trace training steps ``steps`` (``FIRST-LAST``, as ``--profile``) from the script;
+        ``ranks`` trace (auto: the chief and the last rank), into one directory per run under
+        ``directory``. Call it before training. ``--profile`` (or CTRAIN_PROFILE) set for the
+        launch is replaced. Horovod's timeline needs the launch's setting instead (Horovod
+        reads HOROVOD_TIMELINE=DYNAMIC when it starts)."""
+        try:
+            window = parse_window(steps)
+            check_ranks(ranks)
+        except ValueError as exc:
+            raise ConfigError(
+                f"ctx.profile({steps!r}, {ranks!r}): {exc}", "correct the call"
+            ) from exc
+        found = step_hooks.armed()
+        if found is not None:
+            if found.profiler.started is not None or found.profiler.done:
+                raise ConfigError(
+                    f"ctx.profile({steps!r}) after the traced window began",
+                    "call it before training",
+                )
+            found.profiler.window = window
+            return
+        env = profile_environment(
+            window,
+            ranks,
+            str(directory),
+            self.mode,
+            self.rank,
+            self.size,
+            os.environ,
+            this_process(),
+        )
+        traces = env[ENV_LAUNCH_PROFILE_TRACE] == "1"
+        run = Path(env[ENV_LAUNCH_PROFILE_RUN])
+        profiler = profiling.Profiler(window, run, self.rank, self.size, traces, self.mode)
+        step_hooks.arm(profiler)
+
     def load_dataset(
         self, name: str, split: str, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> Any:
@@ -291,6 +344,7 @@ def init(environ: MutableMapping[str, str] | None = None) -> Context:
     """Set up this process for its mode and return its training context."""
     env = os.environ if environ is None else environ
     placed = prepare_environ(env, sys.argv[0])
+    step_hooks.arm_from(env)  # --profile for a script started without ctrain launch's hook
     keras3 = not tf_keras_chosen(env.get(LEGACY_KERAS))
     if placed.mode is Mode.MULTIWORKER and keras3:
         from ctrain.train import keras3_mwms

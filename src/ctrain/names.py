@@ -41,7 +41,7 @@ ONE_NODE_JOB_MODES = tuple(mode.value for mode in ONE_PROCESS)
 COLLECTIVES = ("nccl", "ring")
 COLLECTIVE_CHOICES = (AUTO, *COLLECTIVES)
 
-KERAS_2, KERAS_3 = "2", "3"  # CTRAIN_KERAS: tf-keras or Keras 3 (auto: launch.plan.legacy_keras)
+KERAS_2, KERAS_3 = "2", "3"  # CTRAIN_KERAS: tf-keras or Keras 3 (auto: launch.keras.legacy_keras)
 KERAS_CHOICES = (AUTO, KERAS_2, KERAS_3)
 TUNE_OFF = "off"  # ctrain launch sets no thread or polling defaults (launch/tuning.py)
 TUNE_CHOICES = (AUTO, TUNE_OFF)
@@ -166,6 +166,9 @@ ENV_LOCAL_RANK = "CTRAIN_LOCAL_RANK"
 ENV_LOCAL_SIZE = "CTRAIN_LOCAL_SIZE"
 ENV_LAUNCH_COLLECTIVE = "CTRAIN_LAUNCH_COLLECTIVE"
 ENV_LAUNCH_COLLECTIVE_TIMEOUT = "CTRAIN_LAUNCH_COLLECTIVE_TIMEOUT"
+ENV_LAUNCH_PROFILE = "CTRAIN_LAUNCH_PROFILE"  # the traced steps, FIRST-LAST (launch/profile.py)
+ENV_LAUNCH_PROFILE_RUN = "CTRAIN_LAUNCH_PROFILE_RUN"  # the run's profile directory, absolute
+ENV_LAUNCH_PROFILE_TRACE = "CTRAIN_LAUNCH_PROFILE_TRACE"  # 1: this rank writes a trace
 
 
 class Launched(NamedTuple):

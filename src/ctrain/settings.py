@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from ctrain.errors import ConfigError
+from ctrain.launch.profile import AUTO_RANKS, DEFAULT_PROFILE_DIR, check_ranks, parse_window
 from ctrain.names import (
     AUTO,
     BENCH_LAUNCHER_CHOICES,
@@ -58,6 +59,10 @@ def _words(text: str) -> tuple[str, ...]:
 
 def _text(text: str) -> str:
     return text
+
+
+def _window(text: str) -> str:
+    return str(parse_window(text))
 
 
 class Setting(NamedTuple):
@@ -130,6 +135,22 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         "do not check the launcher's MPI/PMIx against the image's before Horovod starts",
         _flag,
     ),
+    Setting(
+        "profile",
+        None,
+        "trace training steps FIRST-LAST (e.g. 20-25) with TensorFlow's profiler, and "
+        "Horovod's timeline under Horovod; the chief prints where the time went",
+        _window,
+    ),
+    Setting(
+        "profile_dir", DEFAULT_PROFILE_DIR, "where --profile puts one directory per run", _text
+    ),
+    Setting(
+        "profile_ranks",
+        AUTO_RANKS,
+        "ranks that write a trace: auto (the chief and the last rank), all, or a list 0,7",
+        check_ranks,
+    ),
     Setting("data_dir", None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text),
     Setting("doctor_network", False, "check the interconnect instead (ctrain doctor)", _flag),
     Setting("check_network", False, "job scripts run ctrain doctor --network first", _flag),
@@ -157,6 +178,13 @@ BENCH_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("bench_timeout", 3600, "seconds one ctrain bench run may take", _positive_int),
     Setting("bench_out", "runs/bench", "directory for ctrain bench's outputs", _text),
+    Setting(
+        "bench_profile",
+        None,
+        "trace steps FIRST-LAST (e.g. 20-25) of the largest ctrain bench run only (ctrain "
+        "launch --profile), into the bench's output directory",
+        _window,
+    ),
 )
 
 SETTINGS = CORE_SETTINGS + BENCH_SETTINGS  # resolved, shown and checked together
@@ -196,6 +224,9 @@ class Settings(NamedTuple):
     keras: str
     tune: str
     skip_mpi_check: bool
+    profile: str | None
+    profile_dir: str
+    profile_ranks: str
     data_dir: str | None
     doctor_network: bool
     check_network: bool
@@ -212,6 +243,7 @@ class Settings(NamedTuple):
     bench_script: str | None
     bench_timeout: int
     bench_out: str
+    bench_profile: str | None
     sources: Mapping[str, str]  # name -> "flag", "env CTRAIN_X", "file PATH:LINE" or "default"
 
 

@@ -66,3 +66,33 @@ def test_horovod_mode_refused_when_horovod_is_missing(monkeypatch: pytest.Monkey
     with pytest.raises(LaunchError, match="Horovod is not importable") as caught:
         start.prepare(LaunchOptions(mode="horovod"), {})
     assert "make install" in caught.value.fix
+
+
+def test_profile_from_the_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ctx.profile arms the step hooks once, with a run directory under the chosen folder;
+    a second call before the window changes the window; a bad window is one ConfigError."""
+    from ctrain.errors import ConfigError
+    from ctrain.train import after_import, steps
+
+    monkeypatch.setattr(steps, "_armed", [])
+    monkeypatch.setattr("sys.meta_path", list(__import__("sys").meta_path))
+    monkeypatch.setattr("atexit.register", lambda *args: None)
+    monkeypatch.chdir(tmp_path)
+    ctx = Context(placed(Mode.MULTIWORKER, rank=1, size=4), strategy=TwoReplicas())
+    with pytest.raises(ConfigError, match=r"ctx.profile\('1', 'auto'\): the first step"):
+        ctx.profile("1")
+    assert steps.armed() is None
+    ctx.profile("10-12", directory="traces")
+    found = steps.armed()
+    assert found is not None
+    profiler = found.profiler
+    assert (profiler.window.first, profiler.rank, profiler.size, profiler.trace) == (
+        10,
+        1,
+        4,
+        False,
+    )
+    assert profiler.run.parent == tmp_path / "traces"
+    ctx.profile("20-21")
+    assert steps.armed() is found and str(found.profiler.window) == "20-21"
+    assert after_import.waiting_for(steps.FUNCTION) or "tensorflow" in __import__("sys").modules

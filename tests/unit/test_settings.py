@@ -194,11 +194,11 @@ KNOWN = (
     "mode, collective, collective_timeout, port_base, runtime, image, cache_dir, "
     "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, dry_run, show_secrets, "
     "min_free_gb, build_tmpdir, progress, keep_proxies, quiet, keras, tune, skip_mpi_check, "
-    "data_dir, "
+    "profile, profile_dir, profile_ranks, data_dir, "
     "doctor_network, check_network, "
     "bench_workers, bench_model, bench_batch, bench_image_size, bench_steps, bench_iters, "
     "bench_warmup, bench_threads, bench_launcher, bench_launcher_args, bench_script, "
-    "bench_timeout, bench_out"
+    "bench_timeout, bench_out, bench_profile"
 )
 
 

@@ -6,6 +6,9 @@ ctrain.bench.synthetic ...``; ``mpirun -np N ...`` for
 Horovod where there is no Slurm); every rank writes a JSON report, and the chief's rates give
 the table. This module holds the pure part: options, results, the scaling math, the Markdown,
 the argv builders and the progress line. ``ctrain.bench.run`` runs them.
+
+With ``--profile STEPS`` the largest worker count's run, and only it, traces those steps
+(``ctrain.bench.profile``); here the window is checked against the run's steps.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ctrain.bench.profile import PROFILE_VARIABLE, ProfileRun, markdown_profile
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
+from ctrain.launch.profile import Window, parse_window
 from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -39,10 +44,21 @@ class BenchOptions:
     launcher: str = "auto"
     launcher_args: tuple[str, ...] = ()
     timeout: float = 3600.0
+    profile: str | None = None  # steps FIRST-LAST the largest run traces (--profile)
 
     @property
     def batches_per_iter(self) -> int:
         return max(1, math.ceil(self.steps / self.iters))
+
+    @property
+    def timed_steps(self) -> int:
+        """The steps of the timed iterations (``steps`` rounded up to whole iterations)."""
+        return self.batches_per_iter * self.iters
+
+    @property
+    def run_steps(self) -> int:
+        """Training steps of one run: the warm-up, then the timed ones."""
+        return self.warmup + self.timed_steps
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,7 @@ class BenchReport:
     host: str = ""
     started: str = ""
     command: str = ""
+    profile: ProfileRun | None = None
 
     def rows(self) -> list[Row]:
         return scaling_rows(self.results)
@@ -95,6 +112,7 @@ class BenchReport:
             "command": self.command,
             "runs": [asdict(r) for r in self.results],
             "scaling": [asdict(r) for r in self.rows()],
+            "profile": None if self.profile is None else asdict(self.profile),
         }
 
 
@@ -175,13 +193,44 @@ def markdown_report(report: BenchReport) -> str:
         "workers",
         "",
     ]
-    return "\n".join(head) + "\n" + markdown_table(report.rows())
+    text = "\n".join(head) + "\n" + markdown_table(report.rows())
+    if report.profile is not None:
+        text += "\n" + markdown_profile(report.profile, o.warmup)
+    return text
+
+
+def profile_window(options: BenchOptions) -> Window | None:
+    """The steps the largest run traces, None without ``--profile``. A window that ends after
+    the run's last step is refused here, before anything runs."""
+    if options.profile is None:
+        return None
+    try:
+        window = parse_window(options.profile)
+    except ValueError as exc:
+        raise ConfigError(f"--profile {options.profile!r}: {exc}", "correct the flag") from exc
+    total = options.run_steps
+    if window.last > total:
+        first = min(max(2, options.warmup + 1), total)
+        last = min(total, first + 4)
+        raise ConfigError(
+            f"--profile {window} ends after the {max(options.workers)}-worker run's last "
+            f"step: it trains {total} steps ({options.warmup} warm-up + "
+            f"{options.timed_steps} timed)",
+            f"trace steps 2-{total} at most, e.g. --profile {first}-{last}, or raise --steps",
+        )
+    return window
+
+
+def profiled_workers(options: BenchOptions) -> int | None:
+    """The worker count whose run traces: the largest, and only with ``--profile``."""
+    return max(options.workers) if options.profile is not None else None
 
 
 def child_environ(environ: Mapping[str, str], threads: int) -> dict[str, str]:
     """The environment for the launched ranks: ``threads`` TensorFlow/OpenMP threads each
-    when given (0 leaves the choice to TensorFlow and ctrain launch)."""
-    env = dict(environ)
+    when given (0 leaves the choice to TensorFlow and ctrain launch), and no CTRAIN_PROFILE:
+    bench's own ``--profile`` picks the one run that traces."""
+    env = {key: value for key, value in environ.items() if key != PROFILE_VARIABLE}
     if threads > 0:
         env.update({name: str(threads) for name in THREAD_VARIABLES})
     return env
@@ -261,12 +310,15 @@ def launch_argv(
     launcher_args: Sequence[str] = (),
     as_root: bool = False,
     forward: Sequence[str] = (),
+    launch_options: Sequence[str] = (),
 ) -> list[str]:
-    """``srun``/``mpirun``/nothing, then ``ctrain launch [--mode M] -- command``.
+    """``srun``/``mpirun``/nothing, then ``ctrain launch [--mode M] [launch_options] --
+    command``.
 
     ``forward`` names variables mpirun must pass to remote ranks (srun passes all).
     """
-    inner = [ctrain, "launch", *(["--mode", mode] if mode != "auto" else []), "--", *command]
+    mode_flags = ["--mode", mode] if mode != "auto" else []
+    inner = [ctrain, "launch", *mode_flags, *launch_options, "--", *command]
     if launcher == "srun":
         mpi = ["--mpi=pmix"] if mode == "horovod" else []
         return ["srun", "-n", str(workers), "--kill-on-bad-exit=1", *mpi, *launcher_args, *inner]

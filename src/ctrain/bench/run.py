@@ -1,7 +1,8 @@
 """``ctrain bench``'s side effects: run each worker count, show progress, write the outputs.
 
 Processes start through ``ctrain.util.proc.stream``; every output file is written under a
-temporary name and renamed, so an interrupted bench leaves the previous complete files.
+temporary name and renamed, so an interrupted bench leaves the previous complete files. With
+``--profile`` the largest run's trace goes to OUT/profile/RUN (launch/profile.py's layout).
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ from ctrain.bench.core import (
     choose_launcher,
     launch_argv,
     markdown_report,
+    profile_window,
+    profiled_workers,
     progress_line,
     progress_units,
     result_from_reports,
 )
+from ctrain.bench.profile import PROFILE_DIR, ProfileRun, new_profile_run, profile_flags
 from ctrain.errors import ExternalToolError
+from ctrain.launch.profile import Window
 from ctrain.util import fs, proc
 
 
@@ -79,7 +84,9 @@ def run(
     on_result: Callable[[BenchReport], object] | None = None,
 ) -> BenchReport:
     """Run every worker count in turn (``script``, else ctrain's own benchmark); each run's
-    output goes to out_dir/logs/wN.log."""
+    output goes to out_dir/logs/wN.log, the largest run's trace (``--profile``) to
+    out_dir/profile."""
+    window = profile_window(options)  # a window past the end is refused before any run
     launcher = choose_launcher(
         options.launcher,
         options.mode,
@@ -97,6 +104,7 @@ def run(
     env = child_environ(environ, options.threads)
     units = options.iters + 1  # the warm-up, then each timed iteration
     progress = Progress(units * len(options.workers), progress_out)
+    profile_root = out_dir.absolute() / PROFILE_DIR
     for workers in options.workers:
         bench = benchmark_command(
             python,
@@ -104,12 +112,18 @@ def run(
             options,
             str(_reports_dir(out_dir, workers)),
         )
-        argv = _launch(options, launcher, workers, ctrain, bench)
+        traced = window if workers == profiled_workers(options) else None
+        flags = profile_flags(traced, str(profile_root)) if traced is not None else []
+        argv = _launch(options, launcher, workers, ctrain, bench, flags)
         progress.start_run(f"{workers} worker{'s' if workers > 1 else ''}:")
+        before = _profile_runs(profile_root)
         start = time.monotonic()
         found = _run_one(argv, env, out_dir, workers, progress, options.timeout)
         result = result_from_reports(workers, found, time.monotonic() - start, argv)
         report.results.append(result)
+        if traced is not None:
+            added = new_profile_run(before, _profile_runs(profile_root))
+            report.profile = _profile_run(profile_root, added, workers, traced)
         progress.finish_run(units, f"{result.total:.1f} images/s")
         if on_result is not None:
             on_result(report)
@@ -121,7 +135,12 @@ def _reports_dir(out_dir: Path, workers: int) -> Path:
 
 
 def _launch(
-    options: BenchOptions, launcher: str, workers: int, ctrain: str, bench: list[str]
+    options: BenchOptions,
+    launcher: str,
+    workers: int,
+    ctrain: str,
+    bench: list[str],
+    launch_options: Sequence[str] = (),
 ) -> list[str]:
     """The command that starts ``workers`` copies of the benchmark command ``bench``."""
     return launch_argv(
@@ -133,6 +152,35 @@ def _launch(
         options.launcher_args,
         as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
         forward=["PATH", *(THREAD_VARIABLES if options.threads else ())],
+        launch_options=launch_options,
+    )
+
+
+def _profile_runs(root: Path) -> dict[str, float]:
+    """The run directories under the profile directory, with their modification times."""
+    if not root.is_dir():
+        return {}
+    return {entry.name: entry.stat().st_mtime for entry in root.iterdir() if entry.is_dir()}
+
+
+def _profile_run(root: Path, name: str | None, workers: int, window: Window) -> ProfileRun:
+    """What the traced run left in ``root/name``: its table and its traces."""
+    if name is None:
+        return ProfileRun(workers, str(window), str(root), None)
+    directory = root / name
+    breakdown = directory / "breakdown.txt"
+    traces = sorted(directory.glob("rank-*/plugins/profile/*/*.xplane.pb"))
+    timeline = directory / "horovod-timeline.json"
+    if timeline.is_file():
+        traces.append(timeline)
+    written = breakdown.is_file()
+    return ProfileRun(
+        workers,
+        str(window),
+        str(directory),
+        str(breakdown) if written else None,
+        tuple(str(path) for path in traces),
+        breakdown.read_text(encoding="utf-8") if written else "",
     )
 
 

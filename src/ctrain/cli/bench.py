@@ -14,7 +14,9 @@ from ctrain.errors import ConfigError
 from ctrain.names import BENCH_LAUNCHER_CHOICES, MODE_CHOICES
 
 if TYPE_CHECKING:
-    pass
+    from pathlib import Path
+
+    from ctrain.bench.core import BenchReport
 
 FLAGS = {
     "bench_workers": "--workers",
@@ -30,6 +32,7 @@ FLAGS = {
     "bench_script": "--script",
     "bench_timeout": "--timeout",
     "bench_out": "--out",
+    "bench_profile": "--profile",
 }
 
 
@@ -65,6 +68,7 @@ def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
 @setting_option("bench_script", flag=FLAGS["bench_script"], metavar="PATH")
 @setting_option("bench_timeout", flag=FLAGS["bench_timeout"], metavar="S")
 @setting_option("bench_out", flag=FLAGS["bench_out"], metavar="DIR")
+@setting_option("bench_profile", flag=FLAGS["bench_profile"], metavar="STEPS")
 def bench(**flags: str | None) -> None:
     """Measure images/second and scaling efficiency with the synthetic benchmark.
 
@@ -74,7 +78,9 @@ def bench(**flags: str | None) -> None:
     without Slurm), shows progress on stderr, and writes OUT/bench.json, OUT/bench.md (workers,
     images/s, speed-up, scaling efficiency) and OUT/speedup.png (speed-up against workers, with
     the ideal line; where matplotlib is installed). Speed-up is against the smallest worker
-    count given.
+    count given. --profile STEPS traces those steps of the largest worker count's run only
+    (ctrain launch --profile) into OUT/profile; bench.md names the trace and its table of
+    where the time went.
     """
     import shlex
     from pathlib import Path
@@ -102,6 +108,7 @@ def bench(**flags: str | None) -> None:
         launcher=s.bench_launcher,
         launcher_args=tuple(shlex.split(s.bench_launcher_args or "")),
         timeout=float(s.bench_timeout),
+        profile=s.bench_profile,
     )
     out = Path(s.bench_out)
     command = shlex.join(["ctrain", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else ""
@@ -116,12 +123,21 @@ def bench(**flags: str | None) -> None:
         command=command,
         on_result=lambda partial: run.write_outputs(partial, out),
     )
-    paths = run.write_outputs(report, out)
-    click.echo(benching.markdown_table(report.rows()), nl=False)
+    _show(report, run.write_outputs(report, out))
+
+
+def _show(report: BenchReport, paths: dict[str, Path]) -> None:
+    """The table on stdout, then where each output went."""
+    from ctrain.bench.core import markdown_table
+
+    click.echo(markdown_table(report.rows()), nl=False)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
     if "plot" not in paths:
         click.echo("plot: not drawn, matplotlib is not installed here (pip install matplotlib)")
+    if report.profile is not None:
+        found = report.profile.breakdown or f"{report.profile.directory} (no breakdown.txt)"
+        click.echo(f"profile of the {report.profile.workers}-worker run: {found}")
 
 
 def _ctrain_beside(python: str) -> str:

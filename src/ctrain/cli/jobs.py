@@ -50,6 +50,7 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Seconds before the time limit for the SIGUSR2 warning. [template: 300]",
         ),
         setting_option("check_network", is_flag=True, flag_value="true"),
+        setting_option("profile", metavar="STEPS"),
     ]
     for option in reversed(options):
         func = option(func)
@@ -60,7 +61,7 @@ def _request(mode: str, **flags: Any) -> JobRequest:
     from ctrain.slurm.jobs import JobRequest
 
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
-    names = ("image", "runtime", "check_network")
+    names = ("image", "runtime", "check_network", "profile")
     settings = settings_from({name: flags.pop(name) for name in names})
     given = {name: settings.sources[name] != "default" for name in names}
     return JobRequest(
@@ -69,6 +70,7 @@ def _request(mode: str, **flags: Any) -> JobRequest:
         image=settings.image if given["image"] else None,
         runtime=settings.runtime if given["runtime"] else None,
         check_network=settings.check_network,
+        profile=settings.profile,
         **flags,
     )
 

@@ -6,19 +6,25 @@ applies it to an environment. Nothing here reads the process environment or star
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
 from ctrain.launch.gloo import Rendezvous, horovod_environment, rendezvous, uses_gloo
 from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
+from ctrain.launch.profile import (
+    AUTO_RANKS,
+    DEFAULT_PROFILE_DIR,
+    Process,
+    parse_window,
+    profile_environment,
+)
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
-from ctrain.names import AUTO, KERAS_2, Launched, Mode
+from ctrain.names import AUTO, Launched, Mode
 from ctrain.settings import Settings
 from ctrain.util.secrets import masked
-from ctrain.util.shipped import shipped_dir
 
 PROXY_VARIABLES = tuple(
     name
@@ -52,6 +58,9 @@ class LaunchOptions(NamedTuple):
     keras: str = AUTO
     tune: str = AUTO
     skip_mpi_check: bool = False
+    profile: str | None = None  # the steps to trace, FIRST-LAST (launch/profile.py)
+    profile_dir: str = DEFAULT_PROFILE_DIR
+    profile_ranks: str = AUTO_RANKS
 
     @classmethod
     def from_settings(cls, s: Settings) -> LaunchOptions:
@@ -64,6 +73,9 @@ class LaunchOptions(NamedTuple):
             keras=s.keras,
             tune=s.tune,
             skip_mpi_check=s.skip_mpi_check,
+            profile=s.profile,
+            profile_dir=s.profile_dir,
+            profile_ranks=s.profile_ranks,
         )
 
 
@@ -109,64 +121,6 @@ class Plan(NamedTuple):
             f"ctrain: mode={self.mode.value} world_size={self.place.size} nodes={nodes} "
             f"gpus/rank={gpus} collective={self.collective} ranks-from={self.place.source}"
         )
-
-
-LEGACY_KERAS = "TF_USE_LEGACY_KERAS"  # TensorFlow's switch: tf.keras is tf-keras, not Keras 3
-KERAS3_HOOK = "train/keras3_site"  # package data: the start-up hook of Keras 3 multiworker runs
-
-
-def script_of(command: Sequence[str]) -> str | None:
-    """The training script of a command: its first argument ending in ``.py``."""
-    return next((arg for arg in command if arg.endswith(".py")), None)
-
-
-def imports_keras(source: str) -> bool:
-    """Whether Python ``source`` imports ``keras`` itself (``import keras``, ``from keras...``),
-    rather than through ``tf.keras``."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names = [node.module or ""]
-        else:
-            continue
-        if any(name == "keras" or name.startswith("keras.") for name in names):
-            return True
-    return False
-
-
-def tf_keras_chosen(exported: str | None) -> bool:
-    """TensorFlow's reading of TF_USE_LEGACY_KERAS: is ``tf.keras`` tf-keras?"""
-    return exported in ("1", "true", "True")
-
-
-def legacy_keras(choice: str, script_imports_keras: bool, exported: str | None) -> bool:
-    """Whether the script runs on tf-keras (TF_USE_LEGACY_KERAS=1) rather than Keras 3.
-
-    CTRAIN_KERAS=2 or 3 decides. With auto, an exported TF_USE_LEGACY_KERAS is kept (read as
-    TensorFlow reads it); else Keras 3 exactly when the script imports keras itself.
-    """
-    if choice != AUTO:
-        return choice == KERAS_2
-    if exported is not None:
-        return tf_keras_chosen(exported)
-    return not script_imports_keras
-
-
-def _keras_environment(
-    environ: Mapping[str, str], choice: str, script_imports_keras: bool, mode: Mode
-) -> dict[str, str]:
-    exported = environ.get(LEGACY_KERAS)
-    legacy = legacy_keras(choice, script_imports_keras, exported)
-    env = {} if choice == AUTO and exported is not None else {LEGACY_KERAS: "1" if legacy else "0"}
-    if mode is Mode.MULTIWORKER and not legacy:
-        path = [str(shipped_dir(KERAS3_HOOK)), environ.get("PYTHONPATH", "")]
-        env["PYTHONPATH"] = ":".join(part for part in path if part)
-    return env
 
 
 def worker_hosts(
@@ -273,7 +227,8 @@ def _environment(
     script_imports_keras: bool,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
-    env.update(_keras_environment(environ, options.keras, script_imports_keras, mode))
+    profile = options.profile is not None
+    env.update(keras_environment(environ, options.keras, script_imports_keras, profile, mode))
     launched = Launched(
         mode,
         place.rank,
@@ -333,6 +288,26 @@ def _workers(
     return ports, tf_config
 
 
+def _profile(
+    options: LaunchOptions,
+    mode: Mode,
+    place: Placement,
+    environ: Mapping[str, str],
+    process: Process | None,
+) -> dict[str, str]:
+    assert options.profile is not None
+    return profile_environment(
+        parse_window(options.profile),
+        options.profile_ranks,
+        options.profile_dir,
+        mode,
+        place.rank,
+        place.size,
+        environ,
+        process or Process(".", 0, 0),
+    )
+
+
 def make_plan(
     job: JobEnv,
     options: LaunchOptions,
@@ -340,12 +315,14 @@ def make_plan(
     visible_gpus: tuple[str, ...],
     script_imports_keras: bool = False,
     cpus: Cpus | None = None,
+    process: Process | None = None,
 ) -> Plan:
     """Everything this rank needs before the training command starts.
 
     ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected);
     ``script_imports_keras``: the training script imports ``keras`` itself (``imports_keras``);
-    ``cpus``: this process's CPU mask and its node's CPUs, for the thread defaults.
+    ``cpus``: this process's CPU mask and its node's CPUs, for the thread defaults;
+    ``process``: its working directory and process ids, for ``--profile``'s run directory.
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
@@ -379,6 +356,8 @@ def make_plan(
     )
     if meet is not None:
         env_set.update(horovod_environment(meet, place))
+    if options.profile is not None:
+        env_set.update(_profile(options, mode, place, environ, process))
     return Plan(
         mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset, tuned, meet
     )

@@ -16,15 +16,10 @@ from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import visible_gpus
 from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.keras import imports_keras, script_of
 from ctrain.launch.mpicheck import Verdict
-from ctrain.launch.plan import (
-    LaunchOptions,
-    Plan,
-    child_environ,
-    imports_keras,
-    make_plan,
-    script_of,
-)
+from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
+from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
 from ctrain.names import ENV_LAUNCH_COLLECTIVE_TIMEOUT, Mode
 from ctrain.util import proc
@@ -73,13 +68,19 @@ def this_cpus() -> Cpus:
     return Cpus(len(getaffinity(0)) if getaffinity else node, node)
 
 
+def this_process() -> Process:
+    """This process's working directory and ids (``--profile``'s run directory)."""
+    return Process(os.getcwd(), os.getpid(), os.getppid())
+
+
 def prepare(
     options: LaunchOptions, environ: Mapping[str, str], command: Sequence[str] = ()
 ) -> Plan:
     """The plan for this process, from its real environment and the command it will run."""
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
-    plan = make_plan(job, options, environ, gpus, script_imports_keras(command), this_cpus())
+    keras3 = script_imports_keras(command)
+    plan = make_plan(job, options, environ, gpus, keras3, this_cpus(), this_process())
     mpilibs.enforce(mpi_verdict(plan, options, environ), plan.place.rank)
     if plan.mode is Mode.HOROVOD:
         _check_horovod()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, CtrainError, JobRequestError
 from ctrain.names import JOB_MODES, ONE_NODE_JOB_MODES, PYXIS, RUNTIME_CHOICES
-from ctrain.slurm import network_job, pyxis_job
+from ctrain.slurm import network_job, profile_job, pyxis_job
 from ctrain.util.shipped import shipped_dir
 
 ENV_JOBS_DIR = "CTRAIN_JOBS_DIR"
@@ -48,6 +48,7 @@ class JobRequest:
     nv: bool | None = None
     signal_seconds: int | None = None
     check_network: bool = False  # run ctrain doctor --network first (slurm/network_job.py)
+    profile: str | None = None  # trace these steps: CTRAIN_PROFILE in the script (FIRST-LAST)
 
 
 # ---- templates ------------------------------------------------------------------------------
@@ -159,6 +160,7 @@ class Resolved:
     nv: bool
     signal_seconds: int
     check_network: bool = False
+    profile: str | None = None
 
 
 def _int(mode: str, options: Mapping[str, str], key: str) -> int:
@@ -213,6 +215,7 @@ def resolve(request: JobRequest, text: str) -> Resolved:
         nv=request.nv if request.nv is not None else gpus > 0,
         signal_seconds=request.signal_seconds or int(signal.group(1)),
         check_network=request.check_network,
+        profile=request.profile,
     )
     return _checked(values)
 
@@ -364,6 +367,7 @@ def render_resolved(v: Resolved, text: str) -> str:
         line = "    # shellcheck disable=SC2016  # $ and ` in the command are literal\n" + line
     text = _set_line(text, r"^    set -- .*$", line)
     text = pyxis_job.render(text) if v.runtime == PYXIS else text
+    text = profile_job.render(text, v.profile) if v.profile else text
     return network_job.render(text) if v.check_network else text
 
 

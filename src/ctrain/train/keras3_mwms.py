@@ -20,17 +20,17 @@ do not use ctrain's API). Below Keras 3.5 the gradients are not all-reduced: ref
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import inspect
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, NoReturn
 
 from ctrain.errors import CtrainError, LaunchError
+from ctrain.launch.keras import LEGACY_KERAS, tf_keras_chosen
+from ctrain.names import ENV_LAUNCH_MODE, Mode
+from ctrain.train.after_import import when_imported
 
 TRAINER = "keras.src.backend.tensorflow.trainer"
 MIN_VERSION = (3, 5)
@@ -158,36 +158,12 @@ def _apply_to(module: ModuleType) -> None:
         refuse(error)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the trainer module with the other finders and applies the fix once it ran."""
-
-    loader: importlib.abc.Loader
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TRAINER:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        _apply_to(module)
+def needed(environ: Mapping[str, str]) -> bool:
+    """Whether this process trains in multiworker mode on Keras 3 (what ctrain launch set)."""
+    multiworker = environ.get(ENV_LAUNCH_MODE) == Mode.MULTIWORKER.value
+    return multiworker and not tf_keras_chosen(environ.get(LEGACY_KERAS))
 
 
 def arm() -> None:
     """Apply the fix now if Keras 3's trainer is imported, else as soon as it is."""
-    loaded = sys.modules.get(TRAINER)
-    if loaded is not None:
-        _apply_to(loaded)
-    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    when_imported(TRAINER, _apply_to)

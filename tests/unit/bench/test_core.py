@@ -10,8 +10,10 @@ from collections.abc import Sequence
 import pytest
 
 from ctrain.bench import core
+from ctrain.bench import profile as bench_profile
 from ctrain.bench.core import BenchOptions, BenchReport, RunResult
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
+from ctrain.launch.profile import parse_window
 
 
 def result(workers: int, total: float, mode: str = "multiworker") -> RunResult:
@@ -298,3 +300,191 @@ def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:
 def test_result_from_reports_counts_the_ranks() -> None:
     with pytest.raises(LaunchError, match="2 workers were asked for but 1 reports"):
         core.result_from_reports(2, [rank_report(0, [1.0])], 1.0, [])
+
+
+# ------------------------------------------------------------------ --profile, pure part
+
+
+def test_run_steps_are_the_warm_up_and_whole_iterations() -> None:
+    assert BenchOptions(warmup=10, steps=100, iters=10).run_steps == 110
+    assert BenchOptions(warmup=2, steps=25, iters=10).timed_steps == 30  # 3 per iteration
+    assert BenchOptions(warmup=2, steps=25, iters=10).run_steps == 32
+    assert BenchOptions(warmup=1, steps=1, iters=1).run_steps == 2
+
+
+@pytest.mark.parametrize(
+    ("warmup", "steps", "iters", "window", "expected"),
+    [
+        (10, 100, 10, None, None),
+        (10, 100, 10, "20-25", (20, 25)),
+        (10, 100, 10, "110", (110, 110)),  # the run's last step
+        (10, 100, 10, "2-10", (2, 10)),  # within the warm-up
+        (2, 6, 3, "3-8", (3, 8)),  # 2 warm-up + 3 x 2 timed: ends on the last step
+        (2, 25, 10, "30-32", (30, 32)),  # 25 steps are 3 per iteration: 30 timed
+    ],
+)
+def test_profile_window_inside_the_run(
+    warmup: int, steps: int, iters: int, window: str | None, expected: tuple[int, int] | None
+) -> None:
+    options = BenchOptions(warmup=warmup, steps=steps, iters=iters, profile=window)
+    assert core.profile_window(options) == expected
+
+
+@pytest.mark.parametrize(
+    ("warmup", "steps", "iters", "window", "message", "fix"),
+    [
+        (
+            10, 100, 10, "105-111",
+            "--profile 105-111 ends after the 4-worker run's last step: it trains 110 steps "
+            "(10 warm-up + 100 timed)",
+            "trace steps 2-110 at most, e.g. --profile 11-15, or raise --steps",
+        ),
+        (
+            2, 6, 3, "9",
+            "--profile 9-9 ends after the 4-worker run's last step: it trains 8 steps "
+            "(2 warm-up + 6 timed)",
+            "trace steps 2-8 at most, e.g. --profile 3-7, or raise --steps",
+        ),
+        (
+            1, 1, 1, "3-4",
+            "--profile 3-4 ends after the 4-worker run's last step: it trains 2 steps "
+            "(1 warm-up + 1 timed)",
+            "trace steps 2-2 at most, e.g. --profile 2-2, or raise --steps",
+        ),
+    ],
+)  # fmt: skip
+def test_profile_window_past_the_end_is_refused(
+    warmup: int, steps: int, iters: int, window: str, message: str, fix: str
+) -> None:
+    options = BenchOptions(workers=(1, 2, 4), warmup=warmup, steps=steps, iters=iters,
+                           profile=window)  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        core.profile_window(options)
+    assert (caught.value.message, caught.value.fix) == (message, fix)
+    assert "\n" not in caught.value.line()
+
+
+@pytest.mark.parametrize("window", ["1-5", "x", "9-3"])
+def test_profile_window_malformed(window: str) -> None:
+    with pytest.raises(ConfigError, match=f"--profile '{window}': "):
+        core.profile_window(BenchOptions(profile=window))
+
+
+@pytest.mark.parametrize(
+    ("workers", "window", "expected"),
+    [((1, 2, 4), "3-4", 4), ((2,), "3-4", 2), ((1, 2, 4), None, None)],
+)
+def test_only_the_largest_run_traces(
+    workers: tuple[int, ...], window: str | None, expected: int | None
+) -> None:
+    assert core.profiled_workers(BenchOptions(workers=workers, profile=window)) == expected
+
+
+def test_profile_flags() -> None:
+    window = parse_window("3-5")
+    assert bench_profile.profile_flags(window, "/o/profile") == [
+        "--profile", "3-5", "--profile-dir", "/o/profile",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("launcher", "head"),
+    [
+        ("srun", ["srun", "-n", "2", "--kill-on-bad-exit=1", "--mpi=pmix", "ctrain"]),
+        ("mpirun", ["mpirun", "-np", "2", "--bind-to", "none", "ctrain"]),
+        ("local", ["ctrain"]),
+    ],
+)
+def test_launch_options_go_to_ctrain_launch(launcher: str, head: list[str]) -> None:
+    flags = ["--profile", "3-5", "--profile-dir", "/o/profile"]
+    argv = core.launch_argv(launcher, "horovod", 2, "ctrain", CMD, launch_options=flags)
+    assert argv == [*head, "launch", "--mode", "horovod", *flags, "--", *CMD]
+    auto = core.launch_argv("srun", "auto", 2, "ctrain", CMD, launch_options=flags)
+    assert auto[auto.index("launch") :] == ["launch", *flags, "--", *CMD]
+
+
+def test_child_environ_leaves_the_profile_to_bench() -> None:
+    base = {"PATH": "/bin", "CTRAIN_PROFILE": "3-5", "CTRAIN_PROFILE_RANKS": "all"}
+    env = core.child_environ(base, 0)
+    assert env == {"PATH": "/bin", "CTRAIN_PROFILE_RANKS": "all"}
+    assert base["CTRAIN_PROFILE"] == "3-5"  # not changed in place
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ((), {}, None),
+        ((), {"job7.0": 5.0}, "job7.0"),
+        (("job7.0",), {"job7.0": 5.0}, None),
+        (("job7.0",), {"job7.0": 9.0, "job8.0": 6.0}, "job8.0"),  # new, though older
+        ((), {"pid1": 6.0, "pid2": 7.0}, "pid2"),  # the newest of several
+        ((), {"b": 7.0, "a": 7.0}, "b"),  # a tie: the same answer every time
+    ],
+)
+def test_new_profile_run(
+    before: tuple[str, ...], after: dict[str, float], expected: str | None
+) -> None:
+    assert bench_profile.new_profile_run(before, after) == expected
+
+
+TABLE = "ctrain: profile of steps 6-7 (2 steps), 2 rank(s), in /o/profile/job7.0\n  input 1 %\n"
+
+
+def profiled_report(profile: bench_profile.ProfileRun) -> BenchReport:
+    options = BenchOptions(workers=(1, 2), warmup=5, steps=6, iters=3, profile=profile.steps)
+    return BenchReport(options, "srun", [result(1, 50), result(2, 90)], host="n", started="t",
+                       profile=profile)  # fmt: skip
+
+
+def test_markdown_report_names_the_trace_and_the_breakdown() -> None:
+    trace = "/o/profile/job7.0/rank-0/plugins/profile/2026_01_01/n.xplane.pb"
+    profile = bench_profile.ProfileRun(
+        2, "6-7", "/o/profile/job7.0", "/o/profile/job7.0/breakdown.txt", (trace,), TABLE
+    )
+    text = core.markdown_report(profiled_report(profile))
+    assert core.markdown_table(profiled_report(profile).rows()) in text
+    assert text.endswith(
+        "## Profile of the 2-worker run\n\n"
+        "Steps 6-7 traced (`ctrain launch --profile 6-7`); its images/s include the traced "
+        "steps.\n\n"
+        "- run directory: `/o/profile/job7.0`\n"
+        "- where the time went: `/o/profile/job7.0/breakdown.txt`\n"
+        f"- trace: `{trace}`\n"
+        "- view: `tensorboard --logdir /o/profile/job7.0/rank-0`, tab Profile\n\n"
+        f"```text\n{TABLE.rstrip()}\n```\n"
+    )
+
+
+def test_markdown_report_of_a_window_in_the_warm_up() -> None:
+    profile = bench_profile.ProfileRun(2, "2-5", "/o/p/job7.0", "/o/p/job7.0/breakdown.txt")
+    text = core.markdown_report(profiled_report(profile))
+    assert "all in the warm-up, so its images/s do not include them." in text
+    assert "include the traced steps" not in text
+    assert "tensorboard" not in text  # no trace, nothing to view
+
+
+def test_markdown_report_says_when_no_breakdown_was_written() -> None:
+    text = core.markdown_report(
+        profiled_report(bench_profile.ProfileRun(2, "6-7", "/o/profile", None))
+    )
+    assert "- run directory: `/o/profile`\n" in text
+    assert "- no breakdown.txt was written: see the run's log, logs/w2.log\n" in text
+    assert "where the time went" not in text and "```" not in text
+
+
+def test_markdown_report_without_profile_has_no_profile_section() -> None:
+    report = BenchReport(BenchOptions(), "srun", [result(1, 50)])
+    assert "Profile" not in core.markdown_report(report)
+    assert report.to_json()["profile"] is None
+
+
+def test_json_names_the_profile() -> None:
+    profile = bench_profile.ProfileRun(
+        2, "6-7", "/o/p/job7.0", "/o/p/job7.0/breakdown.txt", ("/t",), "x"
+    )
+    data = json.loads(json.dumps(profiled_report(profile).to_json()))
+    assert data["options"]["profile"] == "6-7"
+    assert data["profile"] == {
+        "workers": 2, "steps": "6-7", "directory": "/o/p/job7.0",
+        "breakdown": "/o/p/job7.0/breakdown.txt", "traces": ["/t"], "table": "x",
+    }  # fmt: skip

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from ctrain.bench import run
 from ctrain.bench.core import BenchOptions, scaling_rows
+from ctrain.bench.profile import ProfileRun
 from ctrain.cli import main
-from ctrain.errors import ExternalToolError
+from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.util import proc
 from tests.unit.bench.test_core import rank_report, result
 
@@ -182,3 +183,134 @@ def test_without_a_script_the_packaged_benchmark_runs(
             progress_out=io.StringIO())  # fmt: skip
     argv = fake_stream.calls[0][0]
     assert argv[argv.index("--") + 1 :][:3] == ["/v/python", "-m", "ctrain.bench.synthetic"]
+
+
+# ------------------------------------------------------------------- --profile, faked
+
+
+class ProfilingFakeStream(FakeStream):
+    """Also does what ``ctrain launch --profile`` leaves: a run directory, as srun names it,
+    with the chief's trace and table."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        on_line: Callable[[str], None],
+        timeout: float | None = None,
+    ) -> int:
+        if "--profile-dir" in argv:
+            run_dir = Path(argv[argv.index("--profile-dir") + 1]) / f"job{len(self.calls)}.0"
+            trace = run_dir / "rank-0" / "plugins" / "profile" / "2026_01_01" / "vm.xplane.pb"
+            trace.parent.mkdir(parents=True)
+            trace.write_bytes(b"")
+            (run_dir / "breakdown.txt").write_text("ctrain: profile of steps 3-4\n")
+        return super().__call__(argv, env, on_line, timeout)
+
+
+@pytest.fixture
+def profiling_stream(monkeypatch: pytest.MonkeyPatch) -> ProfilingFakeStream:
+    fake = ProfilingFakeStream(lambda workers: 100.0)
+    monkeypatch.setattr(proc, "stream", fake)
+    monkeypatch.setattr(proc, "which", lambda program, env=None: f"/usr/bin/{program}")
+    return fake
+
+
+def test_only_the_largest_run_traces(tmp_path: Path, profiling_stream: ProfilingFakeStream) -> None:
+    options = BenchOptions(workers=(1, 2, 4), iters=2, steps=4, warmup=2, profile="3-4")
+    environ = {"PATH": "/bin", "CTRAIN_PROFILE": "2-3"}  # launch's own setting: not passed on
+    report = run.run(options, tmp_path / "out", environ, None, "py", "ctrain",
+                     progress_out=io.StringIO())  # fmt: skip
+    profile_dir = str((tmp_path / "out" / "profile").absolute())
+    launched = [argv[argv.index("launch") : argv.index("--")] for argv, _ in profiling_stream.calls]
+    assert launched == [
+        ["launch"],
+        ["launch"],
+        ["launch", "--profile", "3-4", "--profile-dir", profile_dir],
+    ]
+    assert all("CTRAIN_PROFILE" not in env for _, env in profiling_stream.calls)
+    run_dir = f"{profile_dir}/job2.0"
+    assert report.profile == ProfileRun(
+        4,
+        "3-4",
+        run_dir,
+        f"{run_dir}/breakdown.txt",
+        (f"{run_dir}/rank-0/plugins/profile/2026_01_01/vm.xplane.pb",),
+        "ctrain: profile of steps 3-4\n",
+    )
+    paths = run.write_outputs(report, tmp_path / "out")
+    assert f"- where the time went: `{run_dir}/breakdown.txt`" in paths["markdown"].read_text()
+    assert json.loads(paths["json"].read_text())["profile"]["directory"] == run_dir
+
+
+def test_an_earlier_trace_is_not_taken_for_this_one(
+    tmp_path: Path, profiling_stream: FakeStream
+) -> None:
+    old = tmp_path / "profile" / "job9.0"
+    old.mkdir(parents=True)
+    (old / "breakdown.txt").write_text("an earlier bench's\n")
+    options = BenchOptions(workers=(2,), iters=2, steps=4, warmup=2, profile="3-4")
+    report = run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
+    assert report.profile is not None
+    assert report.profile.directory == str(tmp_path.absolute() / "profile" / "job0.0")
+    assert (old / "breakdown.txt").read_text() == "an earlier bench's\n"  # left alone
+
+
+def test_a_run_that_wrote_no_trace_is_reported_so(tmp_path: Path, fake_stream: FakeStream) -> None:
+    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile="3-4")
+    report = run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
+    assert report.profile == ProfileRun(2, "3-4", str(tmp_path.absolute() / "profile"), None)
+    assert "--profile" in fake_stream.calls[1][0] and "--profile" not in fake_stream.calls[0][0]
+
+
+def test_a_window_past_the_end_is_refused_before_anything_runs(
+    tmp_path: Path, fake_stream: FakeStream
+) -> None:
+    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile="5-7")
+    with pytest.raises(ConfigError, match="--profile 5-7 ends after the 2-worker run's last step"):
+        run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
+    assert fake_stream.calls == []
+    assert not (tmp_path / "logs").exists()
+
+
+def test_bench_cli_profile(tmp_path: Path, profiling_stream: ProfilingFakeStream) -> None:
+    out = tmp_path / "out"
+    args = ["bench", "--workers", "1,2", "--steps", "4", "--iters", "2", "--warmup", "2",
+            "--profile", "3-4", "--out", str(out)]  # fmt: skip
+    result_ = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result_.exit_code == 0, result_.output
+    breakdown = out.absolute() / "profile" / "job1.0" / "breakdown.txt"
+    assert f"profile of the 2-worker run: {breakdown}\n" in result_.output
+    assert json.loads((out / "bench.json").read_text())["options"]["profile"] == "3-4"
+
+
+def test_bench_cli_profile_from_the_environment(
+    tmp_path: Path, profiling_stream: ProfilingFakeStream
+) -> None:
+    args = ["bench", "--workers", "2", "--steps", "4", "--iters", "2", "--warmup", "2",
+            "--out", str(tmp_path)]  # fmt: skip
+    env = {"CTRAIN_BENCH_PROFILE": " 3 - 4 "}
+    result_ = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+    assert result_.exit_code == 0, result_.output
+    argv = profiling_stream.calls[0][0]
+    assert argv[argv.index("--profile") + 1] == "3-4"  # the setting's parser wrote it
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--profile", "1-3"], "--profile '1-3': the first step traces and compiles the model"),
+        (["--profile", "5"], "ctrain: error: --profile 5-5 ends after the 2-worker run's last "
+         "step: it trains 4 steps (2 warm-up + 2 timed) Fix: trace steps 2-4 at most, e.g. "
+         "--profile 3-4, or raise --steps\n"),
+    ],
+)  # fmt: skip
+def test_bench_cli_profile_errors_are_one_line(
+    args: list[str], message: str, fake_stream: FakeStream
+) -> None:
+    tiny = ["--workers", "1,2", "--steps", "2", "--iters", "2", "--warmup", "2"]
+    result_ = CliRunner().invoke(main, ["bench", *tiny, *args])
+    assert result_.exit_code == 2, result_.output
+    assert result_.output.startswith("ctrain: error: ") and message in result_.output
+    assert result_.output.count("\n") == 1
+    assert fake_stream.calls == []

@@ -9,15 +9,8 @@ import pytest
 
 from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.plan import (
-    KERAS3_HOOK,
-    LEGACY_KERAS,
-    LaunchOptions,
-    imports_keras,
-    legacy_keras,
-    make_plan,
-    script_of,
-)
+from ctrain.launch.keras import LEGACY_KERAS, STARTUP_HOOK, imports_keras, legacy_keras, script_of
+from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.names import AUTO, KERAS_2, KERAS_CHOICES
 from ctrain.util.shipped import shipped_dir
 
@@ -98,7 +91,7 @@ def plan_env(mode: str, choice: str, imports: bool, environ: dict[str, str]) -> 
 
 
 def test_a_keras3_script_gets_keras3_and_in_multiworker_the_hook() -> None:
-    hook = str(shipped_dir(KERAS3_HOOK))
+    hook = str(shipped_dir(STARTUP_HOOK))
     env = plan_env("multiworker", AUTO, True, {"PYTHONPATH": "/mine"})
     assert env[LEGACY_KERAS] == "0"
     assert env["PYTHONPATH"] == f"{hook}:/mine"

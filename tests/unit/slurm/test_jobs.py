@@ -131,6 +131,10 @@ CASES: dict[str, JobRequest] = {
         runtime="pyxis",
         check_network=True,
     ),
+    # --profile: CTRAIN_PROFILE for every rank's ctrain launch
+    "horovod-srun-2x4-profile": JobRequest(
+        "horovod-srun", ("python", "train.py"), nodes=2, gpus_per_node=4, profile="20-25"
+    ),
 }
 
 

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from ctrain.errors import LaunchError
-from ctrain.train import keras3_mwms
+from ctrain.train import after_import, keras3_mwms
 
 # The two functions as Keras 3.5 to 3.15 have them (abridged), in a module of their own so
 # that inspect.getsource reads them as it reads the installed trainer.
@@ -129,11 +129,11 @@ def test_arm_applies_the_fix_when_the_trainer_is_imported(
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     keras3_mwms.arm()
     keras3_mwms.arm()  # armed once
-    assert sum(isinstance(f, keras3_mwms._AfterImport) for f in sys.meta_path) == 1
+    assert sum(isinstance(f, after_import._AfterImport) for f in sys.meta_path) == 1
     import late_trainer  # type: ignore[import-not-found]
 
     assert late_trainer.reduce_per_replica.__module__ == "ctrain.train.keras3_mwms"
-    assert not any(isinstance(f, keras3_mwms._AfterImport) for f in sys.meta_path)
+    assert not any(isinstance(f, after_import._AfterImport) for f in sys.meta_path)
 
 
 def test_arm_refuses_an_old_keras_in_one_line(

@@ -1,0 +1,143 @@
+"""``--profile STEPS``: which steps and ranks trace, and where a run's files go (pure).
+
+Steps count from 1, as Keras numbers batches over the whole run (not per epoch). A window is
+``FIRST-LAST`` or one step ``N``; the first step traces and compiles the graph, so it is never
+traced. One directory per run (``run_name``) under the profile directory:
+
+    RUN/rank-R/plugins/profile/TIME/HOST.xplane.pb   TensorFlow's trace (ranks that trace)
+    RUN/horovod-timeline.json                        Horovod's timeline (rank 0, Horovod mode)
+    RUN/steps/rank-R.json                            every rank's own timing of the window
+    RUN/breakdown.txt                                the chief's table (train/breakdown.py)
+
+By default the chief and the last rank trace (on another node when there are several): a
+run of 256 ranks writes two traces, not 256.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from ctrain.errors import LaunchError
+from ctrain.names import (
+    ENV_LAUNCH_PROFILE,
+    ENV_LAUNCH_PROFILE_RUN,
+    ENV_LAUNCH_PROFILE_TRACE,
+    Mode,
+)
+
+MAX_STEPS = 100  # a longer trace is gigabytes that TensorBoard's profile plugin cannot open
+DEFAULT_PROFILE_DIR = "ctrain-profile"
+AUTO_RANKS = "auto"
+ALL_RANKS = "all"
+EXAMPLE = "20-25"
+
+
+class Window(NamedTuple):
+    """Training steps FIRST..LAST, both traced."""
+
+    first: int
+    last: int
+
+    @property
+    def steps(self) -> int:
+        return self.last - self.first + 1
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+def parse_window(text: str) -> Window:
+    """``N`` or ``FIRST-LAST`` as a Window; a ValueError says what is wrong and what to give."""
+    found = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if found is None:
+        raise ValueError(
+            f"not a step or a range of steps; give steps after warm-up, e.g. {EXAMPLE}"
+        )
+    first = int(found.group(1))
+    last = int(found.group(2)) if found.group(2) is not None else first
+    if first == 0:
+        raise ValueError(f"steps count from 1; e.g. {EXAMPLE}")
+    if first == 1:
+        raise ValueError(
+            f"the first step traces and compiles the model and is never traced; "
+            f"start after warm-up, e.g. {EXAMPLE}"
+        )
+    if last < first:
+        raise ValueError(f"the range ends before it starts; write it {last}-{first}")
+    if last - first + 1 > MAX_STEPS:
+        raise ValueError(
+            f"{last - first + 1} steps, more than {MAX_STEPS} to trace; a few steps show where "
+            f"the time goes, e.g. {first}-{first + 5}"
+        )
+    return Window(first, last)
+
+
+def check_ranks(text: str) -> str:
+    """``auto``, ``all`` or a comma-separated list of ranks, as given (ValueError otherwise)."""
+    if text in (AUTO_RANKS, ALL_RANKS) or re.fullmatch(r"\d+(,\d+)*", text):
+        return text
+    raise ValueError("not auto, all or a list of ranks such as 0,7")
+
+
+def traced_ranks(spec: str, size: int) -> frozenset[int]:
+    """The ranks that write a trace, of ``size`` ranks."""
+    if spec == ALL_RANKS:
+        return frozenset(range(size))
+    if spec == AUTO_RANKS:
+        return frozenset({0, size - 1})
+    ranks = frozenset(int(item) for item in check_ranks(spec).split(","))
+    beyond = sorted(rank for rank in ranks if rank >= size)
+    if beyond:
+        raise LaunchError(
+            f"--profile-ranks {spec}: rank {beyond[0]} of a run of {size}",
+            f"name ranks below {size}, or --profile-ranks auto",
+        )
+    return ranks
+
+
+class Process(NamedTuple):
+    """Where and as what the launching process runs: its working directory and ids."""
+
+    cwd: str
+    pid: int
+    ppid: int
+
+
+def run_name(environ: Mapping[str, str], size: int, pid: int, ppid: int) -> str:
+    """A name every rank of one run computes alike: Slurm's job and step, else the MPI job's
+    namespace, else the launcher's process on this node (ranks of one node share their
+    parent), else this process for a run of one."""
+    job, step = environ.get("SLURM_JOB_ID"), environ.get("SLURM_STEP_ID")
+    if job:
+        return f"job{job}.{step}" if step else f"job{job}"
+    namespace = environ.get("PMIX_NAMESPACE") or environ.get("OMPI_MCA_ess_base_jobid")
+    if namespace:
+        return "mpi-" + re.sub(r"[^A-Za-z0-9_.-]", "_", namespace)
+    return f"pid{pid}" if size == 1 else f"ppid{ppid}"
+
+
+def profile_environment(
+    window: Window,
+    ranks: str,
+    directory: str,
+    mode: Mode,
+    rank: int,
+    size: int,
+    environ: Mapping[str, str],
+    process: Process,
+) -> dict[str, str]:
+    """What a rank's training script needs to trace: the window, its run directory (absolute,
+    so a script that changes directory writes to the same place), whether this rank traces,
+    and Horovod's dynamic timeline (started and stopped at the window's edges)."""
+    run = os.path.join(process.cwd, directory, run_name(environ, size, process.pid, process.ppid))
+    env = {
+        ENV_LAUNCH_PROFILE: str(window),
+        ENV_LAUNCH_PROFILE_RUN: os.path.normpath(run),
+        ENV_LAUNCH_PROFILE_TRACE: "1" if rank in traced_ranks(ranks, size) else "0",
+    }
+    if mode is Mode.HOROVOD and "HOROVOD_TIMELINE" not in environ:
+        env["HOROVOD_TIMELINE"] = "DYNAMIC"
+    return env

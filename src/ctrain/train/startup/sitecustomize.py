@@ -1,0 +1,41 @@
+"""Start-up hook of training scripts that never call ctrain, run by Python before the script.
+
+``ctrain launch`` puts this directory first on the script's PYTHONPATH when the script needs
+one of these (launch/plan.py), and Python imports this module at start-up:
+
+- multiworker mode on Keras 3: arms ctrain's fix of Keras 3's multi-worker trainer
+  (ctrain/train/keras3_mwms.py, applied when the script imports Keras);
+- ``--profile``: arms the step hooks that trace the chosen steps (ctrain/train/steps.py).
+
+Each waits for the module it changes, so nothing heavy is imported here. Then it runs the
+sitecustomize it shadows, if there is one. Where ctrain itself is not importable (another
+Python than ctrain's), it does nothing else.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _arm() -> None:
+    try:
+        from ctrain.train import keras3_mwms, steps
+    except ImportError:
+        return
+    if keras3_mwms.needed(os.environ):
+        keras3_mwms.arm()
+    steps.arm_from(os.environ)
+
+
+def _shadowed() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_arm()
+_shadowed()

@@ -1,0 +1,190 @@
+"""``--profile``'s pure part: the window, the ranks that trace, the run's directory and the
+environment a rank gets (launch/profile.py, and the plan that carries it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctrain.errors import ConfigError, LaunchError
+from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.keras import STARTUP_HOOK
+from ctrain.launch.plan import LaunchOptions, make_plan
+from ctrain.launch.profile import (
+    MAX_STEPS,
+    Process,
+    Window,
+    parse_window,
+    profile_environment,
+    run_name,
+    traced_ranks,
+)
+from ctrain.names import (
+    ENV_LAUNCH_PROFILE,
+    ENV_LAUNCH_PROFILE_RUN,
+    ENV_LAUNCH_PROFILE_TRACE,
+    Mode,
+)
+from ctrain.settings import parse_flag, resolve
+from ctrain.util.shipped import shipped_dir
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [
+        ("20-25", Window(20, 25)),
+        ("2", Window(2, 2)),
+        (" 7 - 9 ", Window(7, 9)),
+        ("5-5", Window(5, 5)),
+    ],
+)
+def test_windows(text: str, window: Window) -> None:
+    assert parse_window(text) == window
+    assert str(window) == f"{window.first}-{window.last}"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("0", "steps count from 1"),
+        ("0-5", "steps count from 1"),
+        ("1", "the first step"),
+        ("1-10", "the first step"),
+        ("25-20", "write it 20-25"),
+        ("abc", "not a step"),
+        ("20-", "not a step"),
+        ("-5", "not a step"),
+        ("2.5", "not a step"),
+        ("", "not a step"),
+        (f"2-{MAX_STEPS + 2}", f"more than {MAX_STEPS}"),
+    ],
+)
+def test_bad_windows_say_why(text: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        parse_window(text)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "line"),
+    [
+        ({"profile": "1"}, {}, "--profile '1': the first step"),
+        ({}, {"CTRAIN_PROFILE": "9-3"}, "CTRAIN_PROFILE='9-3': the range ends"),
+        ({}, {"CTRAIN_PROFILE_RANKS": "first"}, "CTRAIN_PROFILE_RANKS='first': not auto"),
+    ],
+)
+def test_settings_refuse_in_one_line(flags: dict[str, str], env: dict[str, str], line: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        if flags:
+            ((name, text),) = flags.items()
+            parse_flag(name, text)
+        else:
+            resolve({}, env, "/nonexistent")
+    assert refused.value.line().startswith(f"ctrain: error: {line}")
+    assert "Fix: " in refused.value.line()
+
+
+@pytest.mark.parametrize(
+    ("spec", "size", "ranks"),
+    [
+        ("auto", 1, {0}),
+        ("auto", 2, {0, 1}),
+        ("auto", 256, {0, 255}),
+        ("all", 3, {0, 1, 2}),
+        ("0,3", 4, {0, 3}),
+        ("2", 4, {2}),
+    ],
+)
+def test_traced_ranks(spec: str, size: int, ranks: set[int]) -> None:
+    assert traced_ranks(spec, size) == ranks
+
+
+def test_a_rank_beyond_the_run_is_refused() -> None:
+    with pytest.raises(LaunchError, match="rank 7 of a run of 4"):
+        traced_ranks("0,7", 4)
+
+
+@pytest.mark.parametrize(
+    ("environ", "size", "name"),
+    [
+        ({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}, 4, "job77.3"),
+        ({"SLURM_JOB_ID": "77"}, 4, "job77"),
+        ({"PMIX_NAMESPACE": "prterun-vm-1234@1"}, 2, "mpi-prterun-vm-1234_1"),
+        ({"OMPI_MCA_ess_base_jobid": "2080571393"}, 2, "mpi-2080571393"),
+        ({}, 1, "pid100"),
+        ({}, 2, "ppid99"),  # ranks of one node share the launcher's process
+    ],
+)
+def test_every_rank_of_a_run_names_it_alike(environ: dict[str, str], size: int, name: str) -> None:
+    assert run_name(environ, size, 100, 99) == name
+
+
+def test_the_environment_of_a_rank() -> None:
+    env = profile_environment(
+        Window(20, 25),
+        "auto",
+        "prof",
+        Mode.HOROVOD,
+        3,
+        4,
+        {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0"},
+        Process("/work", 1, 1),
+    )
+    assert env == {
+        ENV_LAUNCH_PROFILE: "20-25",
+        ENV_LAUNCH_PROFILE_RUN: "/work/prof/job5.0",
+        ENV_LAUNCH_PROFILE_TRACE: "1",
+        "HOROVOD_TIMELINE": "DYNAMIC",
+    }
+    middle = profile_environment(
+        Window(20, 25), "auto", "/abs", Mode.MULTIWORKER, 1, 4, {}, Process("/work", 1, 9)
+    )
+    assert middle[ENV_LAUNCH_PROFILE_TRACE] == "0"
+    assert middle[ENV_LAUNCH_PROFILE_RUN] == "/abs/ppid9"
+    assert "HOROVOD_TIMELINE" not in middle
+    theirs = profile_environment(
+        Window(2, 3),
+        "all",
+        "p",
+        Mode.HOROVOD,
+        0,
+        1,
+        {"HOROVOD_TIMELINE": "/t.json"},
+        Process("/w", 1, 1),
+    )
+    assert "HOROVOD_TIMELINE" not in theirs  # the user's own timeline runs; ctrain says so
+
+
+def plan_env(options: LaunchOptions, environ: dict[str, str]) -> dict[str, str]:
+    """Rank 1 of a two-rank srun step on one node."""
+    step = {
+        "SLURM_JOB_ID": "8",
+        "SLURM_STEP_ID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "vm",
+        "SLURM_STEP_NODELIST": "vm",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "0",
+    }
+    full = {**environ, **step}
+    job = JobEnv.from_environ(full, "vm")
+    return make_plan(job, options, full, (), False, process=Process("/w", 5, 4)).env_set
+
+
+def test_the_plan_carries_the_profile_and_the_start_up_hook() -> None:
+    hook = str(shipped_dir(STARTUP_HOOK))
+    env = plan_env(
+        LaunchOptions(mode="multiworker", keras="2", profile="4-6"), {"PYTHONPATH": "/a"}
+    )
+    assert env[ENV_LAUNCH_PROFILE] == "4-6"
+    assert env[ENV_LAUNCH_PROFILE_RUN] == "/w/ctrain-profile/job8.1"
+    assert env[ENV_LAUNCH_PROFILE_TRACE] == "1"  # the last of two ranks
+    assert env["PYTHONPATH"] == f"{hook}:/a"
+    plain = plan_env(LaunchOptions(mode="multiworker", keras="2"), {})
+    assert ENV_LAUNCH_PROFILE not in plain and "PYTHONPATH" not in plain
+
+
+def test_the_plan_refuses_ranks_beyond_the_run() -> None:
+    with pytest.raises(LaunchError, match="rank 5 of a run of 2"):
+        plan_env(LaunchOptions(mode="multiworker", profile="4-6", profile_ranks="5"), {})
