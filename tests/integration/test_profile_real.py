@@ -87,11 +87,12 @@ def test_mirrored(tmp_path: Path) -> None:
 
 
 def test_multiworker_keras3_a_communication_bound_script(tmp_path: Path) -> None:
-    """Three workers on 2 cores: rank 1 writes its timing but no trace (auto: 0 and the last)."""
+    """Three workers on 2 cores: only the chief traces (multiworker's auto), every rank times
+    its steps."""
     script = (str(SCRIPTS / "profile_fit.py"), "comm", "multiworker")
     run_dir, stderr = profiled(tmp_path, [*SRUN, "-n", "3", "--overcommit"], "3", *script)
     assert run_dir.name.startswith("job")
-    table = checked(run_dir, stderr, 3, {0, 2})
+    table = checked(run_dir, stderr, 3, {0})
     assert "bottleneck: collectives" in table, table
 
 

@@ -10,7 +10,8 @@ traced. One directory per run (``run_name``) under the profile directory:
     RUN/breakdown.txt                                the chief's table (train/breakdown.py)
 
 By default the chief and the last rank trace (on another node when there are several): a
-run of 256 ranks writes two traces, not 256.
+run of 256 ranks writes two traces, not 256; under MultiWorkerMirroredStrategy the chief only
+(``traced_ranks``).
 """
 
 from __future__ import annotations
@@ -82,12 +83,26 @@ def check_ranks(text: str) -> str:
     raise ValueError("not auto, all or a list of ranks such as 0,7")
 
 
-def traced_ranks(spec: str, size: int) -> frozenset[int]:
-    """The ranks that write a trace, of ``size`` ranks."""
-    if spec == ALL_RANKS:
-        return frozenset(range(size))
+def traced_ranks(spec: str, size: int, mode: Mode) -> frozenset[int]:
+    """The ranks that write a trace, of ``size`` ranks in ``mode``.
+
+    Under MultiWorkerMirroredStrategy only the chief traces: TensorFlow 2.21's profiler
+    aborted another worker as it stopped ("double free or corruption" in
+    ``tf.profiler.experimental.stop``) in about one run of nine here, the chief never."""
+    chief_only = mode is Mode.MULTIWORKER
     if spec == AUTO_RANKS:
-        return frozenset({0, size - 1})
+        return frozenset({0} if chief_only else {0, size - 1})
+    ranks = frozenset(range(size)) if spec == ALL_RANKS else _listed(spec, size)
+    if chief_only and ranks != {0}:
+        raise LaunchError(
+            f"--profile-ranks {spec} in multiworker mode: TensorFlow's profiler can abort a "
+            "worker other than the chief as it stops (docs/profiling.md)",
+            "--profile-ranks auto (the chief) in multiworker mode; every rank times its steps",
+        )
+    return ranks
+
+
+def _listed(spec: str, size: int) -> frozenset[int]:
     ranks = frozenset(int(item) for item in check_ranks(spec).split(","))
     beyond = sorted(rank for rank in ranks if rank >= size)
     if beyond:
@@ -136,7 +151,7 @@ def profile_environment(
     env = {
         ENV_LAUNCH_PROFILE: str(window),
         ENV_LAUNCH_PROFILE_RUN: os.path.normpath(run),
-        ENV_LAUNCH_PROFILE_TRACE: "1" if rank in traced_ranks(ranks, size) else "0",
+        ENV_LAUNCH_PROFILE_TRACE: "1" if rank in traced_ranks(ranks, size, mode) else "0",
     }
     if mode is Mode.HOROVOD and "HOROVOD_TIMELINE" not in environ:
         env["HOROVOD_TIMELINE"] = "DYNAMIC"

@@ -83,6 +83,7 @@ class Profiler:
         tools: Tools | None = None,
         clock: Callable[[], float] = time.perf_counter,
         out: TextIO = sys.stderr,
+        wait: float = WAIT_FOR_RANKS,
     ) -> None:
         self.window = window
         self.run = run
@@ -93,6 +94,7 @@ class Profiler:
         self.tools = tools or Tools(run / f"rank-{rank}", mode is Mode.HOROVOD, run / TIMELINE)
         self.clock = clock
         self.out = out
+        self.wait = wait  # seconds to wait for the other ranks' timings, at most
         self.step = 0
         self.started: float | None = None
         self.done = False
@@ -136,13 +138,13 @@ class Profiler:
         (self.run / "steps").mkdir(parents=True, exist_ok=True)
         write_text(self.run / "steps" / f"rank-{self.rank}.json", json.dumps(mine._asdict()))
         if self.rank == 0:
-            text = self.report(steps, last)
+            times = rank_times(self.run / "steps", self.size, time.monotonic() + self.wait)
+            text = self.report(times, last)
             write_text(self.run / "breakdown.txt", text + "\n")
             print(text, file=self.out, flush=True)
 
-    def report(self, steps: int, last: int) -> str:
+    def report(self, times: list[breakdown.RankTime], last: int) -> str:
         """The chief's table, from every rank's timing and its own trace."""
-        times = rank_times(self.run / "steps", self.size, time.monotonic() + WAIT_FOR_RANKS)
         found = None
         where = self.run / f"rank-{self.rank}"
         xplane = breakdown.latest_xplane(where) if self.trace else None

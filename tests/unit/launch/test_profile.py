@@ -83,23 +83,36 @@ def test_settings_refuse_in_one_line(flags: dict[str, str], env: dict[str, str],
 
 
 @pytest.mark.parametrize(
-    ("spec", "size", "ranks"),
+    ("spec", "size", "mode", "ranks"),
     [
-        ("auto", 1, {0}),
-        ("auto", 2, {0, 1}),
-        ("auto", 256, {0, 255}),
-        ("all", 3, {0, 1, 2}),
-        ("0,3", 4, {0, 3}),
-        ("2", 4, {2}),
+        ("auto", 1, Mode.SINGLE, {0}),
+        ("auto", 2, Mode.HOROVOD, {0, 1}),
+        ("auto", 256, Mode.HOROVOD, {0, 255}),
+        ("auto", 4, Mode.MULTIWORKER, {0}),  # the chief only: see traced_ranks
+        ("all", 3, Mode.HOROVOD, {0, 1, 2}),
+        ("0,3", 4, Mode.HOROVOD, {0, 3}),
+        ("2", 4, Mode.HOROVOD, {2}),
+        ("0", 4, Mode.MULTIWORKER, {0}),
+        ("all", 1, Mode.MULTIWORKER, {0}),
     ],
 )
-def test_traced_ranks(spec: str, size: int, ranks: set[int]) -> None:
-    assert traced_ranks(spec, size) == ranks
+def test_traced_ranks(spec: str, size: int, mode: Mode, ranks: set[int]) -> None:
+    assert traced_ranks(spec, size, mode) == ranks
 
 
-def test_a_rank_beyond_the_run_is_refused() -> None:
-    with pytest.raises(LaunchError, match="rank 7 of a run of 4"):
-        traced_ranks("0,7", 4)
+@pytest.mark.parametrize(
+    ("spec", "size", "mode", "said"),
+    [
+        ("0,7", 4, Mode.HOROVOD, "rank 7 of a run of 4"),
+        ("all", 2, Mode.MULTIWORKER, "in multiworker mode"),
+        ("1", 2, Mode.MULTIWORKER, "in multiworker mode"),
+        ("0,9", 2, Mode.MULTIWORKER, "rank 9 of a run of 2"),
+    ],
+)
+def test_ranks_that_cannot_trace_are_refused(spec: str, size: int, mode: Mode, said: str) -> None:
+    with pytest.raises(LaunchError, match=said) as refused:
+        traced_ranks(spec, size, mode)
+    assert refused.value.fix
 
 
 @pytest.mark.parametrize(
@@ -179,7 +192,7 @@ def test_the_plan_carries_the_profile_and_the_start_up_hook() -> None:
     )
     assert env[ENV_LAUNCH_PROFILE] == "4-6"
     assert env[ENV_LAUNCH_PROFILE_RUN] == "/w/ctrain-profile/job8.1"
-    assert env[ENV_LAUNCH_PROFILE_TRACE] == "1"  # the last of two ranks
+    assert env[ENV_LAUNCH_PROFILE_TRACE] == "0"  # rank 1: in multiworker mode the chief only
     assert env["PYTHONPATH"] == f"{hook}:/a"
     plain = plan_env(LaunchOptions(mode="multiworker", keras="2"), {})
     assert ENV_LAUNCH_PROFILE not in plain and "PYTHONPATH" not in plain

@@ -40,7 +40,7 @@ class Clock:
 def profiler(tmp_path: Path, window: Window, rank: int = 0, size: int = 1) -> Profiler:
     run = tmp_path / "run"
     return Profiler(
-        window, run, rank, size, True, Mode.SINGLE, Recorder(run), Clock(), io.StringIO()
+        window, run, rank, size, True, Mode.SINGLE, Recorder(run), Clock(), io.StringIO(), 0.3
     )
 
 
