@@ -59,5 +59,5 @@ def when_imported(name: str, apply: Apply) -> None:
 
 
 def waiting_for(name: str) -> bool:
-    """Whether a function waits for module ``name`` (for tests and ``--explain``)."""
+    """Whether a function waits for module ``name`` (what the start-up hook armed)."""
     return any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path)

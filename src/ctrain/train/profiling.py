@@ -33,8 +33,6 @@ from ctrain.util.fs import write_text
 TIMELINE = "horovod-timeline.json"
 WAIT_FOR_RANKS = 30.0  # seconds the chief waits for the other ranks' timings, at most
 
-Switch = Callable[[], None]
-
 
 class Tools:
     """What a window switches on and off: TensorFlow's profiler, Horovod's timeline."""
