@@ -8,9 +8,10 @@
 # `unshare --mount`, as another user also in a user namespace that maps the caller's uid and gid
 # to themselves (`--map-current-user`: apptainer sees the caller's own uid, not root;
 # `--keep-caps`: without it util-linux's mount says "must be superuser").
-# Stage 2 (CTRAIN_APPTAINER_STAGE=enter, removed again before apptainer starts): bind the host
-# directories a job uses into $ROOT, pivot_root into it (a plain chroot makes apptainer abort:
-# "Running inside a weak chrooted environment"), drop the old root, cd back, exec apptainer.
+# Stage 2 (CTRAIN_APPTAINER_STAGE=enter, removed again before apptainer starts): bind the host's
+# directories (all but its system ones) into $ROOT, pivot_root into it (a plain chroot makes
+# apptainer abort: "Running inside a weak chrooted environment"), drop the old root, cd back,
+# exec apptainer.
 # POSIX sh (dash), not bash: bash would read $BASH_ENV from the caller's environment.
 set -euf  # -f: no globbing of the paths split below
 # Every program by its full path: the caller's PATH is passed on untouched, whatever it holds.
@@ -34,16 +35,16 @@ unset CTRAIN_APPTAINER_STAGE
 
 say() { echo "apptainer (ctrain wrapper): $*" >&2; }
 
-# Directories bound from the host (when they exist there): the kernel's, the temporary ones,
-# homes, /run (the Docker socket), /var/spool (slurmd's, where `srun --mpi=pmix` puts the PMIx
-# server's directory that ctrain binds into the container), and where checkouts, venvs and data
-# live. Each is bound once.
-HOST_DIRS="/proc /sys /dev /tmp /var/tmp /var/spool /home /root /run /work /opt /scratch /data /srv /mnt"
+# Directories bound from the host, each onto its own path (when it exists there): every top-level
+# directory of the host but the root's system directories below (a checkout, a SIF, data or a
+# job's working directory is where the caller sees it, under /work, /scratch, /gpfs or wherever a
+# site keeps them), and below /var the two a job uses: /var/tmp, and /var/spool (slurmd's, where
+# `srun --mpi=pmix` puts the PMIx server's directory that ctrain binds into the container).
+VAR_DIRS="/var/tmp /var/spool"
 # Files bound over the root's own: the host's users (subuid/subgid: --fakeroot) and names.
 HOST_FILES="/etc/passwd /etc/group /etc/subuid /etc/subgid /etc/hosts /etc/resolv.conf"
-# Top-level directories of the root itself: a working directory under one of these is not bound
-# (the host's /usr/bin over the root's would replace apptainer and its libraries); the root's own
-# directory of that path is entered, if there is one.
+# Top-level directories of the root itself, never bound over (the host's /usr/bin over the root's
+# would replace apptainer and its libraries).
 SYSTEM_DIRS=" /bin /boot /etc /lib /lib32 /lib64 /libx32 /sbin /usr /var "
 
 bound=""
@@ -64,22 +65,24 @@ bind() {
     /usr/bin/mount --rbind "$1" "$ROOT$1"
 }
 
-# Bind what working directory DIR needs: its top-level directory, unless that is / or one of the
-# root's system directories.
-bind_cwd() {
-    rest=${1#/}
-    top=/${rest%%/*}
-    case $SYSTEM_DIRS in
-        *" $top "*) ;;
-        *) [ "$top" = / ] || bind "$top" ;;
-    esac
+# Bind every top-level directory of the host but SYSTEM_DIRS (a name with white space in it is
+# skipped: $bound is split on it).
+bind_top_level() {
+    set +f
+    set -- /*/
+    set -f
+    for d; do
+        d=${d%/}
+        case $SYSTEM_DIRS in *" $d "*) continue ;; esac
+        case $d in *[[:space:]]*) continue ;; esac
+        bind "$d"
+    done
 }
 
 cwd=$PWD
 /usr/bin/mount --rbind "$ROOT" "$ROOT"
-for d in $HOST_DIRS; do bind "$d"; done
-bind_cwd "$cwd"
-bind_cwd "$(pwd -P)"
+bind_top_level
+for d in $VAR_DIRS; do bind "$d"; done
 for f in $HOST_FILES; do bind "$f"; done
 /usr/sbin/pivot_root "$ROOT" "$ROOT/.oldroot"
 /usr/bin/umount -l /.oldroot

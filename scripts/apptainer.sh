@@ -29,8 +29,9 @@ DEB_SUITE=sid
 # containernetworking-plugins): ext3 overlays (e2fsprogs: mkfs.ext3 -d; fuse2fs) and SIF mounts
 # through FUSE (squashfuse).
 ROOT_PACKAGES=(e2fsprogs fuse2fs squashfuse squashfs-tools uidmap ca-certificates)
-# Mount points the wrapper binds host directories onto; as a plain user it cannot create them.
-MOUNT_POINTS=(.oldroot work scratch opt home root run tmp var/tmp)
+# Mount points the wrapper needs before it runs once as root (which makes one for each top-level
+# directory of the host, see mount_points); a plain user cannot create them.
+MOUNT_POINTS=(.oldroot var/tmp var/spool)
 # Files the wrapper binds over the root's own (a bind needs an existing target).
 BIND_FILES=(etc/passwd etc/group etc/subuid etc/subgid etc/hosts etc/resolv.conf)
 # apptainer.conf settings (key = value), each for a reason:
@@ -206,6 +207,13 @@ root_subids() {
     fi
 }
 
+# The wrapper binds every top-level directory of the host onto the root's directory of that name,
+# which a plain user cannot create: run as root, it makes the ones missing (a directory made since
+# the last `make system`, such as a new checkout's, included).
+mount_points() {
+    "$WRAPPER" --version >/dev/null || die "$WRAPPER --version failed"
+}
+
 install_apptainer() {
     if glibc_at_least 2.38; then
         if [ "$(dpkg-query -W -f='${Version}' apptainer 2>/dev/null)" = "$APPTAINER_VERSION" ] &&
@@ -220,10 +228,11 @@ install_apptainer() {
     if [ "$(cat "$MARKER" 2>/dev/null)" = "$APPTAINER_VERSION" ] && cmp -s "$ENTER" "$WRAPPER" &&
         conf_ok "$ROOT/etc/apptainer/apptainer.conf"; then
         log "$APPTAINER_VERSION present"
-        return
+    else
+        [ "$(id -u)" -eq 0 ] || die "not installed. Fix: run as root: sudo $0"
+        install_root_and_wrapper
     fi
-    [ "$(id -u)" -eq 0 ] || die "not installed. Fix: run as root: sudo $0"
-    install_root_and_wrapper
+    [ "$(id -u)" -ne 0 ] || mount_points
 }
 
 main() {

@@ -103,6 +103,40 @@ def test_apptainer_starts_from_any_working_directory(cwd: str) -> None:
     assert done.stdout.startswith("apptainer version "), done.stdout
 
 
+# The root's own top-level directories, which the wrapper never binds over.
+SYSTEM_DIRS = {"bin", "boot", "etc", "lib", "lib32", "lib64", "libx32", "sbin", "usr", "var"}
+
+
+def host_top_level_dirs() -> list[str]:
+    return sorted(
+        entry.path
+        for entry in os.scandir("/")
+        if entry.is_dir() and entry.name not in SYSTEM_DIRS and not entry.name.startswith(".")
+    )
+
+
+@pytest.mark.parametrize("who", ["root", TEST_USER])
+def test_every_top_level_directory_of_the_host_is_where_the_caller_sees_it(
+    who: str, busybox: Path, test_user: pwd.struct_passwd
+) -> None:
+    """Apptainer installed on a host sees the host's whole tree: a SIF, a checkout or a bind
+    source is found wherever a site keeps it (CI's checkout lives outside /work, say), not only
+    under the working directory. Each directory, bound into the container from / (where the
+    working directory binds nothing), is the host's own: same device, same inode."""
+    user = [] if who == "root" else [RUNUSER, "-u", TEST_USER, "--"]
+    unsquash = [] if who == "root" else ["--unsquash"]  # no /dev/fuse for users here
+    env = clean_env(HOME="/root" if who == "root" else test_user.pw_dir)
+    for directory in host_top_level_dirs():
+        done = subprocess.run(
+            [*user, "apptainer", "exec", *unsquash, "-B", f"{directory}:/ctrain-host-dir",
+             str(busybox), "sh", "-c", "busybox stat -c '%d %i' /ctrain-host-dir"],
+            env=env, cwd="/", capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{directory}: {done.stderr}"
+        host = os.stat(directory)
+        assert done.stdout.split() == [str(host.st_dev), str(host.st_ino)], directory
+
+
 # ---- pull ----------------------------------------------------------------------------------
 
 
