@@ -91,10 +91,11 @@ MUTANTS_container = ctrain.container.* ctrain.releases.* ctrain.references.* ctr
 MUTANTS_images = ctrain.images.sif.* ctrain.images.overlay.x_parse_size__* \
   ctrain.images.overlay.x_parse_inodes__* ctrain.images.overlay.x_max_inodes__* ctrain.util.fs.x_human__*
 MUTANTS_settings = ctrain.settings.*
-AREA ?= launch container images settings
+MUTANTS_train = ctrain.train.breakdown.*
+AREA ?= launch container images settings train
 MUTANTS = $(foreach area,$(AREA),$(or $(MUTANTS_$(area)),$(error unknown AREA $(area))))
 
-mutation:  ## mutation testing of the pure core against tests/unit (mutmut; ~11 min; AREA=launch|container|images|settings for some)
+mutation:  ## mutation testing of the pure core against tests/unit (mutmut; ~11 min; AREA=launch|container|images|settings|train for some)
 	rm -rf mutants
 	set -o pipefail; $(VENV)/bin/mutmut run --max-children 2 $(foreach m,$(MUTANTS),'$(m)') 2>&1 | grep -av __mutmut_
 	$(VPY) scripts/mutation-report.py $(foreach m,$(MUTANTS),'$(m)')
