@@ -121,7 +121,10 @@ def _srun_fix(launcher: LauncherMpi, client: tuple[int, int]) -> str:
 
 
 def _unversioned(suffixes: tuple[str, ...]) -> tuple[int, int] | None:
-    """A server without PMIX_VERSION (set from 3.0 on) offering no more than v2.1 is 2.x."""
+    """The release series of a server without PMIX_VERSION (set from 3.0 on): 1.x when it
+    offers the plain PMIX_SERVER_URI alone, 2.x when it offers no more than v2.1."""
+    if suffixes == ("",):
+        return (1, 0)
     return (2, 0) if suffixes and max(map(_order, suffixes)) <= 21 else None
 
 
@@ -133,9 +136,12 @@ def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
     server = f"{launcher.name}, PMIx {launcher.pmix or 'release not given'},"
     common = [s for s in launcher.offered if s in client_protocols(str(image.pmix))]
     if not common:
+        offers = f"{server} offers {_uris(launcher.offered)} only"
+        if not launcher.offered:  # an mpirun of Open MPI 1.x: ORTE, no PMIx
+            offers = f"{launcher.name} set up no PMIx server"
         message = (
-            f"{server} offers {_uris(launcher.offered)} only; the image's PMIx {image.pmix} "
-            f"client looks for {_uris(client_protocols(str(image.pmix)))}: it cannot connect"
+            f"{offers}; the image's PMIx {image.pmix} client looks for "
+            f"{_uris(client_protocols(str(image.pmix)))}: it cannot connect"
         )
         return Verdict(
             REFUSE, True, message, f"{_srun_fix(launcher, client)}; {OWN_MPIRUN}; {GLOO}"

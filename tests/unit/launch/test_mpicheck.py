@@ -20,7 +20,9 @@ from ctrain.launch.mpicheck import (
     REFUSE,
     WARN,
     ImageMpi,
+    LauncherMpi,
     Verdict,
+    check_openmpi,
     client_protocols,
     launcher_of,
     offered,
@@ -241,3 +243,141 @@ def test_messages_name_both_sides_and_the_fix() -> None:
         "message": fine.message,
         "fix": "",
     }
+
+
+OMPI31 = ImageMpi("3.1.6", "2.1.4", "libraries")  # Open MPI 3.1 with its own PMIx 2.1
+ORTE_NAME = "the host's mpirun (ORTE: Open MPI 4.x or older)"
+OWN = (
+    "use the image's own mpirun inside one container (ctrain exec --no-launch IMAGE -- mpirun ...)"
+)
+CROSS = "(PMIx's cross-version support), but their shared-memory stores may not agree"
+VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
+    "pmix2 server, pmix2 client": (
+        LAUNCHERS["slurm-pmix2"],
+        OMPI31,
+        Verdict(
+            PROCEED,
+            True,
+            "Slurm's PMIx server (srun --mpi=pmix_v2), PMIx release not given, and the image's "
+            "PMIx 2.1.4: one release series, via PMIX_SERVER_URI21",
+        ),
+    ),
+    "open mpi 3.1 both sides": (
+        LAUNCHERS["orte-3.1"],
+        OMPI31,
+        Verdict(
+            PROCEED,
+            True,
+            f"{ORTE_NAME} and the image's Open MPI 3.1.6: one major release; {ORTE_NAME}, PMIx "
+            "release not given, and the image's PMIx 2.1.4: one release series, via "
+            "PMIX_SERVER_URI21",
+        ),
+    ),
+    "nothing known of the image": (
+        LAUNCHERS["orte-4.1-pmix4"],
+        IMAGES["unknown"],
+        Verdict(
+            PROCEED,
+            False,
+            "the image's Open MPI release is unknown: not checked; the image's PMIx release is "
+            "unknown: PMIx not checked",
+        ),
+    ),
+    "pmix series differ under srun": (
+        LAUNCHERS["slurm-pmix3"],
+        IMAGES["ctrain-debian12"],
+        Verdict(
+            WARN,
+            True,
+            "Slurm's PMIx server (srun --mpi=pmix_v3), PMIx 3.2.3, and the image's PMIx 4.2.2 are "
+            f"different release series: they connect via PMIX_SERVER_URI3 {CROSS}",
+            "use srun --mpi=pmix_v4 if `srun --mpi=list` offers it; if start-up hangs, export "
+            "PMIX_MCA_gds=hash",
+        ),
+    ),
+    "pmix series differ under mpirun": (
+        LAUNCHERS["orte-4.1-pmix3"],
+        IMAGES["ctrain-debian12"],
+        Verdict(
+            WARN,
+            True,
+            f"{ORTE_NAME}, PMIx 3.2.3, and the image's PMIx 4.2.2 are different release series: "
+            f"they connect via PMIX_SERVER_URI3 {CROSS}",
+            "use a host launcher whose PMIx matches the image's; if start-up hangs, export "
+            "PMIX_MCA_gds=hash",
+        ),
+    ),
+    "open mpi 5 image under orte": (
+        LAUNCHERS["orte-4.1-pmix4"],
+        IMAGES["ompi5-pmix5"],
+        Verdict(
+            REFUSE,
+            True,
+            f"{ORTE_NAME} cannot start the image's Open MPI 5.0.7: Open MPI does not mix major "
+            "releases",
+            f"{OWN}; or a host mpirun of Open MPI 5 or newer; or srun --mpi=pmix",
+        ),
+    ),
+    "pmix1 server, pmix2 client": (
+        LAUNCHERS["slurm-pmix1"],
+        OMPI31,
+        Verdict(
+            WARN,
+            True,
+            "Slurm's PMIx server (srun --mpi=pmix_v1), PMIx release not given, and the image's "
+            f"PMIx 2.1.4 are different release series: they connect via PMIX_SERVER_URI {CROSS}",
+            "use srun --mpi=pmix_v2 if `srun --mpi=list` offers it; if start-up hangs, export "
+            "PMIX_MCA_gds=hash",
+        ),
+    ),
+    "open mpi 4 image under open mpi 3.1": (
+        LAUNCHERS["orte-3.1"],
+        IMAGES["ctrain-debian12"],
+        Verdict(
+            WARN,
+            True,
+            f"{ORTE_NAME} offers only PMIx 2 protocols (PMIX_SERVER_URI2, PMIX_SERVER_URI21), as "
+            "Open MPI 3.x and older do; the image's Open MPI 4.1.4 does not work with an older "
+            "mpirun",
+            f"use a host mpirun of Open MPI 4.x; {OWN}; or srun --mpi=pmix",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", VERDICTS)
+def test_whole_verdicts(case: str) -> None:
+    environ, image, want = VERDICTS[case]
+    found = verdict(Mode.HOROVOD, environ, image)
+    assert found == want
+    assert found.line() == (
+        f"ctrain: warning: {want.message}" + (f" Fix: {want.fix}" if want.fix else "")
+    )
+
+
+def test_an_mpirun_without_pmix_is_not_taken_for_an_old_one() -> None:
+    """Open MPI 1.10's mpirun (ORTE, no PMIx): the releases are not compared by protocol; the
+    PMIx check refuses, as no PMIX_SERVER_URI is there to connect to."""
+    environ = {k: v for k, v in ORTE.items() if k != "OMPI_MCA_pmix"}
+    launcher = launcher_of(environ)
+    assert launcher == LauncherMpi("orte", ORTE_NAME, (), None)
+    assert check_openmpi(launcher, IMAGES["ctrain-debian12"]) == Verdict(
+        PROCEED, True, f"{ORTE_NAME} and the image's Open MPI 4.1.4: one major release"
+    )
+    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"]) == Verdict(
+        REFUSE,
+        True,
+        f"{ORTE_NAME} set up no PMIx server; the image's PMIx 4.2.2 client looks for "
+        "PMIX_SERVER_URI2, PMIX_SERVER_URI21, PMIX_SERVER_URI3, PMIX_SERVER_URI4, "
+        "PMIX_SERVER_URI41: it cannot connect",
+        f"use a host launcher whose PMIx matches the image's; {OWN}; switch Horovod to Gloo "
+        "(HOROVOD_CONTROLLER=gloo, or horovodrun --gloo): it needs no MPI",
+    )
+
+
+def test_launchers_in_full() -> None:
+    no_slurm = {k: v for k, v in LAUNCHERS["slurm-pmix4"].items() if k != "SLURM_MPI_TYPE"}
+    assert launcher_of(no_slurm) == LauncherMpi(
+        "pmix", "the launcher's PMIx server", ("2", "21", "3", "4", "41"), "4.2.2rc2"
+    )
+    assert launcher_of(STEP2) == LauncherMpi("", "", (), None)
