@@ -35,6 +35,7 @@ from ctrain.util.shipped import shipped_dir
         ("2", Window(2, 2)),
         (" 7 - 9 ", Window(7, 9)),
         ("5-5", Window(5, 5)),
+        (f"2-{MAX_STEPS + 1}", Window(2, MAX_STEPS + 1)),  # the longest window: 100 steps
     ],
 )
 def test_windows(text: str, window: Window) -> None:
@@ -115,6 +116,45 @@ def test_ranks_that_cannot_trace_are_refused(spec: str, size: int, mode: Mode, s
     assert refused.value.fix
 
 
+def test_a_window_too_long_says_how_long_and_what_to_give() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_window("2-102")
+    assert str(refused.value) == (
+        "101 steps, more than 100 to trace; a few steps show where the time goes, e.g. 2-7"
+    )
+
+
+MULTIWORKER_RANKS = (
+    "--profile-ranks all in multiworker mode: TensorFlow's profiler can abort a worker other "
+    "than the chief as it stops (docs/profiling.md)"
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "size", "mode", "message", "fix"),
+    [
+        (
+            "0,4",
+            4,
+            Mode.HOROVOD,
+            "--profile-ranks 0,4: rank 4 of a run of 4",
+            "name ranks below 4, or --profile-ranks auto",
+        ),
+        (
+            "all",
+            2,
+            Mode.MULTIWORKER,
+            MULTIWORKER_RANKS,
+            "--profile-ranks auto (the chief) in multiworker mode; every rank times its steps",
+        ),
+    ],
+)
+def test_refused_ranks_in_full(spec: str, size: int, mode: Mode, message: str, fix: str) -> None:
+    with pytest.raises(LaunchError) as refused:
+        traced_ranks(spec, size, mode)
+    assert (refused.value.message, refused.value.fix) == (message, fix)
+
+
 @pytest.mark.parametrize(
     ("environ", "size", "name"),
     [
@@ -124,6 +164,7 @@ def test_ranks_that_cannot_trace_are_refused(spec: str, size: int, mode: Mode, s
         ({"OMPI_MCA_ess_base_jobid": "2080571393"}, 2, "mpi-2080571393"),
         ({}, 1, "pid100"),
         ({}, 2, "ppid99"),  # ranks of one node share the launcher's process
+        ({"PMIX_NAMESPACE": "prterun-GPU01-4242@1"}, 2, "mpi-prterun-GPU01-4242_1"),
     ],
 )
 def test_every_rank_of_a_run_names_it_alike(environ: dict[str, str], size: int, name: str) -> None:
@@ -164,6 +205,10 @@ def test_the_environment_of_a_rank() -> None:
         Process("/w", 1, 1),
     )
     assert "HOROVOD_TIMELINE" not in theirs  # the user's own timeline runs; ctrain says so
+    alone = profile_environment(
+        Window(2, 3), "auto", "p", Mode.SINGLE, 0, 1, {}, Process("/w", 4242, 1)
+    )
+    assert alone[ENV_LAUNCH_PROFILE_RUN] == "/w/p/pid4242"  # a run of one: its own process
 
 
 def plan_env(options: LaunchOptions, environ: dict[str, str]) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from ctrain.train.breakdown import (
     RankTime,
     Shares,
     clip,
+    latest_xplane,
     length,
     read_horovod_timeline,
     shares,
@@ -35,11 +37,36 @@ def test_union(intervals: list[tuple[float, float]], merged: list[tuple[float, f
     assert length(intervals) == sum(e - s for s, e in merged)
 
 
-def test_clip_and_subtract() -> None:
-    assert clip([(-1, 1), (2, 3), (4, 9)], (0, 5)) == [(0, 1), (2, 3), (4, 5)]
-    assert subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
-    assert subtract([(0, 10)], [(-1, 11)]) == []
-    assert subtract([(0, 2), (4, 6)], [(1, 5)]) == [(0, 1), (5, 6)]
+@pytest.mark.parametrize(
+    ("intervals", "clipped"),
+    [
+        ([(-1, 1), (2, 3), (4, 9)], [(0, 1), (2, 3), (4, 5)]),
+        ([(-2, -1), (6, 7)], []),  # wholly before, wholly after
+        ([(-1, 0), (5, 6)], []),  # touching the window only at its ends
+    ],
+)
+def test_clip(intervals: list[tuple[float, float]], clipped: list[tuple[float, float]]) -> None:
+    assert clip(intervals, (0, 5)) == clipped
+
+
+@pytest.mark.parametrize(
+    ("intervals", "taken", "left"),
+    [
+        ([(0, 10)], [(2, 3), (5, 7)], [(0, 2), (3, 5), (7, 10)]),
+        ([(0, 10)], [(-1, 11)], []),
+        ([(0, 2), (4, 6)], [(1, 5)], [(0, 1), (5, 6)]),
+        ([(5, 10)], [(12, 15)], [(5, 10)]),  # taken after
+        ([(5, 10)], [(0, 2), (6, 7)], [(5, 6), (7, 10)]),  # one before, one inside
+        ([(0, 10)], [(0, 2)], [(2, 10)]),  # from the start
+        ([(0, 10)], [(5, 10)], [(0, 5)]),  # to the end
+    ],
+)
+def test_subtract(
+    intervals: list[tuple[float, float]],
+    taken: list[tuple[float, float]],
+    left: list[tuple[float, float]],
+) -> None:
+    assert subtract(intervals, taken) == left
 
 
 @pytest.mark.parametrize(
@@ -65,8 +92,12 @@ def test_shares_add_up_and_name_the_bottleneck(
 
 
 def test_an_empty_window_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^an empty window$"):
         shares((3, 3), [], [])
+
+
+def test_a_window_under_a_second() -> None:
+    assert shares((0, 0.5), [(0, 0.25)], []) == Shares(0.5, 0.5, 0.0)
 
 
 def timeline(events: list[dict[str, object]], closed: bool) -> str:
@@ -96,13 +127,44 @@ def test_horovods_timeline_in_seconds_since_the_epoch(closed: bool) -> None:
     ]
     found = read_horovod_timeline(timeline(events, closed))
     assert found == [
-        (pytest.approx(1000.0001), pytest.approx(1000.0009)),
+        (pytest.approx(1000.0001, rel=1e-15), pytest.approx(1000.0009, rel=1e-15)),
     ]
 
 
 def test_an_empty_timeline_has_no_intervals() -> None:
     assert read_horovod_timeline("") == []
     assert read_horovod_timeline("[\n") == []
+
+
+def test_without_its_start_a_timeline_counts_from_its_beginning() -> None:
+    events: list[object] = [
+        [],  # not an event: skipped
+        {"ph": "B", "pid": 1},  # no ts: the timeline's beginning
+        {"ph": "E", "ts": 100, "pid": 1},
+        {"ph": "B", "ts": 200, "pid": 1, "tid": 1},
+        {"ph": "E", "ts": 250, "pid": 1, "tid": 2},  # another thread's: nothing open there
+        {"ph": "E", "ts": 300, "pid": 2, "tid": 1},  # another process's: nothing open there
+        {"ph": "E", "ts": 400, "pid": 1, "tid": 1},
+    ]
+    assert read_horovod_timeline(timeline(events, closed=False)) == [
+        (0.0, pytest.approx(1e-4, rel=1e-12)),
+        (pytest.approx(2e-4, rel=1e-12), pytest.approx(4e-4, rel=1e-12)),
+    ]
+
+
+def test_a_broken_timeline_is_refused() -> None:
+    with pytest.raises(ValueError):
+        read_horovod_timeline('[\n{"ph": "B", "ts": 1, "pid": 1},X,')
+
+
+def test_the_newest_trace(tmp_path: Path) -> None:
+    assert latest_xplane(tmp_path) is None
+    runs = ["2026_01_01_10_00_00", "2026_01_01_10_00_05", "2026_01_01_10_01_00"]
+    for name in reversed(runs):
+        (tmp_path / "plugins" / "profile" / name).mkdir(parents=True)
+        (tmp_path / "plugins" / "profile" / name / "cn01.xplane.pb").write_bytes(b"")
+    (tmp_path / "plugins" / "profile" / runs[-1] / "cn01.trace.json.gz").write_bytes(b"")
+    assert latest_xplane(tmp_path) == tmp_path / "plugins/profile" / runs[-1] / "cn01.xplane.pb"
 
 
 def test_the_table_names_the_slowest_rank_and_the_bottleneck() -> None:
@@ -117,6 +179,16 @@ def test_the_table_names_the_slowest_rank_and_the_bottleneck() -> None:
         "  collectives      70.0 %   all-reduce in flight",
         "  bottleneck: collectives (docs/profiling.md: what to try)",
     ]
+
+
+def test_without_rank_0_the_table_times_the_first() -> None:
+    times = [RankTime(2, "cn02", 4, 0.4), RankTime(1, "cn01", 4, 0.8)]
+    text = table("1-4", times, 2, Shares(0.5, 0.25, 0.25), "all-reduce", "/p")
+    assert text.splitlines()[:2] == [
+        "ctrain: profile of steps 1-4 (4 steps), 2 rank(s), in /p",
+        "  time per step      100.0 ms on rank 0; slowest rank 1 (cn01) 200.0 ms",
+    ]
+    assert text.splitlines()[-1] == "  bottleneck: input (docs/profiling.md: what to try)"
 
 
 def test_without_a_trace_the_table_says_so() -> None:
