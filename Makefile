@@ -95,7 +95,7 @@ MUTANTS_train = ctrain.train.breakdown.*
 AREA ?= launch container images settings train
 MUTANTS = $(foreach area,$(AREA),$(or $(MUTANTS_$(area)),$(error unknown AREA $(area))))
 
-mutation:  ## mutation testing of the pure core against tests/unit (mutmut; ~11 min; AREA=launch|container|images|settings|train for some)
+mutation:  ## mutation testing of the pure core against tests/unit (mutmut; ~12 min; AREA=launch|container|images|settings|train for some)
 	rm -rf mutants
 	set -o pipefail; $(VENV)/bin/mutmut run --max-children 2 $(foreach m,$(MUTANTS),'$(m)') 2>&1 | grep -av __mutmut_
 	$(VPY) scripts/mutation-report.py $(foreach m,$(MUTANTS),'$(m)')
