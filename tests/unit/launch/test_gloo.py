@@ -16,6 +16,7 @@ from ctrain.launch.gloo import (
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement
 from ctrain.names import Mode
+from tests.unit.launch.test_launchers import hydra, slurm_step
 
 NO_NODES = (
     "Horovod over Gloo across nodes under hydra needs the nodes of the launch, and only Slurm "
@@ -27,30 +28,9 @@ NO_NODES_FIX = (
 )
 
 
-def hydra(rank: int, size: int, local: int, nlocal: int) -> dict[str, str]:
-    return {
-        "PMI_RANK": str(rank),
-        "PMI_SIZE": str(size),
-        "PMI_FD": "6",
-        "MPI_LOCALRANKID": str(local),
-        "MPI_LOCALNRANKS": str(nlocal),
-    }
-
-
 def proxies_step(node: int) -> dict[str, str]:
     """The step `mpiexec -launcher slurm` starts: one Hydra proxy per node of cn[01-02]."""
-    return {
-        "SLURM_JOB_ID": "91",
-        "SLURM_STEP_ID": "2",
-        "SLURM_NTASKS": "4",
-        "SLURM_JOB_NODELIST": "cn[01-02]",
-        "SLURM_STEP_NODELIST": "cn[01-02]",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
-        "SLURM_PROCID": str(node),
-        "SLURM_LOCALID": "0",
-        "SLURM_NODEID": str(node),
-    }
+    return slurm_step(2, "cn[01-02]", "1(x2)", node, node)
 
 
 # sbatch -N2 --ntasks=4: the batch script's variables, which Hydra's ssh bootstrap hands every

@@ -12,6 +12,7 @@ from ctrain.launch.plan import PORT_BLOCK, LaunchOptions, make_plan, port_block
 from ctrain.launch.profile import Process
 from ctrain.names import ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE
 from ctrain.settings import resolve
+from tests.unit.launch.test_launchers import hydra, slurm_step
 
 PROFILE_KEYS = (ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE)
 
@@ -19,23 +20,8 @@ PROFILE_KEYS = (ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_T
 def hydra_under_srun(rank: int, job_id: str, step_id: str) -> dict[str, str]:
     """Rank ``rank`` of 4 on cn[01-02], 2 per node; srun started one Hydra proxy per node."""
     node = rank // 2
-    return {
-        "SLURM_JOB_ID": job_id,
-        "SLURM_STEP_ID": step_id,
-        "SLURM_NTASKS": "4",
-        "SLURM_JOB_NODELIST": "cn[01-02]",
-        "SLURM_STEP_NODELIST": "cn[01-02]",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
-        "SLURM_PROCID": str(node),
-        "SLURM_LOCALID": "0",
-        "SLURM_NODEID": str(node),
-        "PMI_RANK": str(rank),
-        "PMI_SIZE": "4",
-        "PMI_FD": "6",
-        "MPI_LOCALRANKID": str(rank % 2),
-        "MPI_LOCALNRANKS": "2",
-    }
+    step = slurm_step(2, "cn[01-02]", "1(x2)", node, node)
+    return {**step, **hydra(rank, 4, rank % 2, 2), "SLURM_JOB_ID": job_id, "SLURM_STEP_ID": step_id}
 
 
 def test_options_from_settings_carry_every_setting(tmp_path: Path) -> None:
