@@ -236,6 +236,10 @@ install_apptainer() {
 }
 
 main() {
+    if [ "${1:-}" = paths ]; then  # where this script keeps state (scripts/fresh-state.sh)
+        printf '%s\n' "$APPTAINER_HOME" "$WRAPPER"
+        return
+    fi
     install_apptainer
     [ "$(id -u)" -ne 0 ] || root_subids
 }

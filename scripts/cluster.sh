@@ -203,6 +203,12 @@ cluster_down() {
     rm -f "$CLUSTER_STATE"
 }
 
+# Every path the compute hosts keep state in (scripts/services.sh paths lists them too).
+cluster_paths() {
+    printf '%s\n' "$CLUSTER_STATE" "$CLUSTER_ROOT" /run/netns '/var/spool/slurmd-cn*' \
+        "$SLURM_LOGDIR/slurmd-cn*.log" '/run/slurmd-cn*.pid'
+}
+
 cluster_status() {
     local name rc=0
     for name in $(cluster_nodes); do

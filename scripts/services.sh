@@ -12,7 +12,7 @@
 # CTRAIN_BUILD_CACHE (default 20GB) of build cache, least recently used first. It ends with the
 # free space where tests write, and a warning under CTRAIN_SERVICES_MIN_FREE_GIB (default 15).
 #
-# Usage: scripts/services.sh start|stop|status
+# Usage: scripts/services.sh start|stop|status|paths
 #   start   starts whatever is not running (safe to repeat), then verifies every service:
 #           `munge -n | unmunge`, node idle, `srun -n 2`, `srun --mpi=pmix -n 2`, `docker info`,
 #           GET http://127.0.0.1:5000/v2/. Every wait is bounded; on timeout the tail of the
@@ -20,6 +20,13 @@
 #   stop    stops registry, dockerd, slurmd, slurmctld, munged (whatever runs) and removes the
 #           compute hosts, if any; never fails.
 #   status  one line per service; exits 0 only if all of them run.
+#   paths   every path where start keeps state, one a line (globs allowed): a new machine has none
+#           of them. scripts/fresh-state.sh removes them all to start the services as on a new
+#           machine (docs/development.md).
+#
+# Every start is the same from any state: a new machine's, a used one's, or one left stopped,
+# half-started or damaged (a daemon killed with its pid file and socket left, a registry store
+# without blobs): each daemon that does not run is started, after its stale pid file is removed.
 #
 # CTRAIN_SERVICES_NODES=N (default 0 here; `make services` passes NODES, 3 by default) adds N compute hosts cn01..cnNN in
 # partition `cluster` (scripts/cluster.sh, docs/cluster.md): the one-node partition `debug` on
@@ -124,6 +131,32 @@ wait_for() {
     done
 }
 
+# start_daemon NAME PIDFILE LOGFILE COMMAND...: unless NAME runs, remove its stale PIDFILE (dockerd
+# refuses to start while the process its pid file names lives, and after a crash that pid may be
+# any process's) and run COMMAND: the daemon, which forks, or `background`
+# for one that does not. On failure the tail of LOGFILE is printed and the script stops.
+start_daemon() {
+    local name=$1 pidfile=$2 logfile=$3 pid
+    shift 3
+    if pid=$(pid_of "$name" "$pidfile"); then
+        log "$name: already running (pid $pid)"
+        return 0
+    fi
+    rm -f "$pidfile"
+    log "$name: starting (log $logfile)"
+    "$@" 9>&- || { show_log "$logfile"; die "$name failed to start"; }
+}
+
+# background PIDFILE LOGFILE COMMAND...: COMMAND in a session of its own, so that it outlives this
+# script and the caller's terminal or CI step, its output appended to LOGFILE and, unless PIDFILE
+# is empty, its pid written there.
+background() {
+    local pidfile=$1 logfile=$2
+    shift 2
+    setsid "$@" </dev/null >>"$logfile" 2>&1 9>&- &
+    [ -z "$pidfile" ] || echo $! >"$pidfile"
+}
+
 # stop_daemon NAME PIDFILE: SIGTERM, wait up to $WAIT seconds, then SIGKILL. Never fails.
 stop_daemon() {
     local name=$1 pidfile=$2 pid deadline
@@ -161,12 +194,7 @@ start_munge() {
     install -d -o munge -g munge -m 0755 /run/munge
     install -d -o munge -g munge -m 0700 /var/log/munge
     install -d -o munge -g munge -m 0711 /var/lib/munge
-    if pid=$(pid_of munged "$MUNGED_PID"); then
-        log "munged: already running (pid $pid)"
-    else
-        log "munged: starting as user munge"
-        runuser -u munge -- /usr/sbin/munged 9>&- || { show_log "$MUNGED_LOG"; die "munged failed to start"; }
-    fi
+    start_daemon munged "$MUNGED_PID" "$MUNGED_LOG" runuser -u munge -- /usr/sbin/munged
     wait_for "munge -n | unmunge" "$MUNGED_LOG" munge_ok
     log "munge: credential round trip OK"
 }
@@ -337,19 +365,9 @@ start_slurm() {
     fi
     # Back to one node: the compute hosts an earlier start made go.
     [ "$NODES" != 0 ] || [ -z "$(cluster_nodes)" ] || cluster_down
-    if pid=$(pid_of slurmctld "$SLURMCTLD_PID"); then
-        log "slurmctld: already running (pid $pid)"
-    else
-        log "slurmctld: starting"
-        slurmctld 9>&- || { show_log "$SLURM_LOGDIR/slurmctld.log"; die "slurmctld failed to start"; }
-    fi
+    start_daemon slurmctld "$SLURMCTLD_PID" "$SLURM_LOGDIR/slurmctld.log" slurmctld
     wait_for "slurmctld to answer scontrol ping" "$SLURM_LOGDIR/slurmctld.log" slurmctld_up
-    if pid=$(pid_of slurmd "$SLURMD_PID"); then
-        log "slurmd: already running (pid $pid)"
-    else
-        log "slurmd: starting"
-        slurmd 9>&- || { show_log "$SLURMD_LOG"; die "slurmd failed to start"; }
-    fi
+    start_daemon slurmd "$SLURMD_PID" "$SLURMD_LOG" slurmd
     wait_for "node $HOST to become idle" "$SLURMD_LOG" node_ready
     log "slurm: node $HOST is $(node_state)"
     RANKVAR=SLURM_PROCID wait_for "srun -n 2 to print ranks 0 and 1" "$SLURMD_LOG" srun_ok
@@ -402,14 +420,10 @@ start_docker() {
         log "dockerd: pid $pid runs without $conf; restarting it"
         stop_daemon dockerd "$DOCKERD_PID"
     fi
-    if pid=$(pid_of dockerd "$DOCKERD_PID"); then
-        log "dockerd: already running (pid $pid)"
-    else
-        log "dockerd: starting (log $DOCKERD_LOG)"
-        # setsid: its own session, so it outlives this script and the caller's terminal/CI step.
-        setsid dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
-            --config-file="$conf" --pidfile="$DOCKERD_PID" </dev/null >>"$DOCKERD_LOG" 2>&1 9>&- &
-    fi
+    # dockerd writes its pid file itself.
+    start_daemon dockerd "$DOCKERD_PID" "$DOCKERD_LOG" background "" "$DOCKERD_LOG" \
+        dockerd --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+        --config-file="$conf" --pidfile="$DOCKERD_PID"
     wait_for "docker info" "$DOCKERD_LOG" docker info
     log "docker: engine answers"
 }
@@ -446,13 +460,20 @@ registry_ok() {
 
 # Garbage-collect the stopped registry: a push under a tag that was already there leaves the old
 # manifest untagged and its layers in place; the registry's own collector removes both (it must
-# not run while the registry serves).
+# not run while the registry serves). The collector fails on a directory without
+# docker/registry/v2/repositories or .../blobs, which the registry makes only at its first push:
+# a new machine's registry has neither, so both are made first (empty, as the registry makes
+# them). A collection that fails all the same (a damaged store: a manifest whose blob is gone) is
+# a warning, not a stop: the registry serves without it, and the next push of an image uploads
+# the blobs it lacks.
 collect_registry_garbage() {
     local before after out
+    install -d -m 0755 "$REGISTRY_DIR/docker/registry/v2/repositories" "$REGISTRY_DIR/docker/registry/v2/blobs"
     before=$(du -sm "$REGISTRY_DIR" | cut -f1)
     if ! out=$(/usr/bin/docker-registry garbage-collect --delete-untagged "$REGISTRY_CONF" 2>&1); then
         printf '%s\n' "$out" | tail -n 20 >&2
-        die "docker-registry garbage-collect failed. Fix: look at the lines above; the registry's files are in $REGISTRY_DIR"
+        echo "services: WARNING: docker-registry garbage-collect failed (above); starting the registry without it. Fix: if pushes or pulls fail, move $REGISTRY_DIR aside and run services.sh start again" >&2
+        return 0
     fi
     after=$(du -sm "$REGISTRY_DIR" | cut -f1)
     log "registry: garbage-collected $REGISTRY_DIR: $before MB before, $after MB after"
@@ -475,14 +496,9 @@ start_registry() {
         printf '%s\n' "$new" >"$REGISTRY_CONF"
         stop_daemon docker-registry "$REGISTRY_PID"  # restart with the new config if running
     fi
-    if pid=$(pid_of docker-registry "$REGISTRY_PID"); then
-        log "docker-registry: already running (pid $pid)"
-    else
-        collect_registry_garbage
-        log "docker-registry: starting on $REGISTRY_ADDR:$REGISTRY_PORT (log $REGISTRY_LOG)"
-        setsid /usr/bin/docker-registry serve "$REGISTRY_CONF" </dev/null >>"$REGISTRY_LOG" 2>&1 9>&- &
-        echo $! >"$REGISTRY_PID"
-    fi
+    pid_of docker-registry "$REGISTRY_PID" >/dev/null || collect_registry_garbage
+    start_daemon docker-registry "$REGISTRY_PID" "$REGISTRY_LOG" background "$REGISTRY_PID" \
+        "$REGISTRY_LOG" /usr/bin/docker-registry serve "$REGISTRY_CONF"
     wait_for "the registry on http://$REGISTRY_ADDR:$REGISTRY_PORT/v2/" "$REGISTRY_LOG" registry_ok
     log "registry: http://$REGISTRY_ADDR:$REGISTRY_PORT/v2/ answers"
 }
@@ -580,6 +596,19 @@ cmd_stop() {
     stop_daemon munged "$MUNGED_PID"
 }
 
+# Every path where start keeps state (written, or read back by a later start), one a line; a
+# pattern stands for every path it matches. A new machine has none of them but /etc/munge's key
+# and /var/lib/munge, which Debian's munge package makes.
+cmd_paths() {
+    printf '%s\n' /etc/munge/munge.key /run/munge /var/log/munge /var/lib/munge "$MUNGED_PID" \
+        "$SLURM_CONF" "$SLURM_CONF.bak" "$SLURM_CONF.tmp" "$GRES_CONF" "$SLURM_LOGDIR" \
+        /var/spool/slurmctld '/var/spool/slurmd*' "$SLURMCTLD_PID" '/run/slurmd*.pid' \
+        "$LOGDIR" "$DOCKERD_CONF" "$DOCKERD_PID" /var/lib/docker /run/docker /run/docker.sock \
+        "$REGISTRY_CONF" "$REGISTRY_DIR" "$REGISTRY_PID" "$PODMAN_CONF" "$PODMAN_REGISTRIES" \
+        /run/ctrain-services.lock
+    cluster_paths
+}
+
 # Free space where the tests write (temporary files, images, the registry): one line each, and a
 # warning where it is short, so that a run that fills the disk says so before it starts.
 report_disk() {
@@ -613,7 +642,8 @@ cmd_start() {
 main() {
     case "${1:-}" in
         start | stop | status) ;;
-        *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+        paths) cmd_paths; return ;;
+        *) echo "usage: $0 start|stop|status|paths" >&2; exit 2 ;;
     esac
     case "$NODES" in
         [0-9] | [1-4][0-9] | 50) NODES=$((10#$NODES)) ;;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Run a command against a new machine's state, on a machine that has run everything before, and
+# leave that machine as it was:
+#
+#   scripts/fresh-state.sh COMMAND [ARG...]          (root)
+#   e.g. scripts/fresh-state.sh scripts/services.sh start
+#
+# COMMAND runs in namespaces of its own (mount, network, PID, UTS, IPC) in which:
+#   - /etc, /opt, /usr/local, /var/lib, /var/log and /var/spool are overlays on this machine's:
+#     what the installed packages put there is seen, what COMMAND writes stays in the sandbox;
+#   - every path where scripts/services.sh (with scripts/cluster.sh) and scripts/apptainer.sh keep
+#     state, as `services.sh paths` and `apptainer.sh paths` list them, is gone: no munge key, no
+#     slurm.conf, no Slurm state or spool, no pid file, no registry store, no Docker data, no
+#     Podman drop-ins, no compute hosts, no Apptainer root or wrapper;
+#   - /run is an empty tmpfs, as after a boot; /tmp, /var/lib/docker and /var/lib/containers are
+#     empty directories (real ones on this machine's disk: Docker's and Podman's overlay storage
+#     cannot sit on an overlay);
+#   - the network is loopback and one veth pair (10.78.0.1, so that the machine has an address):
+#     daemons started there take their usual ports without meeting
+#     this machine's (a registry on 127.0.0.1:5000 in there is not the one out here), and compute
+#     hosts made there are namespaces of the sandbox's network.
+# What is not reset: the installed Debian packages (only a new machine tests `make system`'s apt
+# step), /dev (services.sh makes /dev/nvidia0..3 there when missing), the kernel's settings.
+# When COMMAND ends, every process it started ends with the PID namespace, and the sandbox's
+# files are removed (FRESH_STATE_KEEP=1 keeps them and prints where). The exit status is COMMAND's.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OVERLAID=(/etc /opt /usr/local /var/lib /var/log /var/spool)
+EMPTY=(/tmp /var/lib/docker /var/lib/containers)
+IFACE=fresh0
+IFACE_ADDR=10.78.0.1/24
+
+die() {
+    echo "fresh-state: $*" >&2
+    exit 1
+}
+
+# Inside the new namespaces: lay the sandbox out in STATE, remove PATHS (newline-separated, globs
+# allowed), then exec COMMAND.
+inside() {
+    local state=$1 paths=$2 dir path ok
+    shift 2
+    for dir in "${OVERLAID[@]}"; do
+        mkdir -p "$state/upper$dir" "$state/work$dir"
+        mount -t overlay overlay \
+            -o "lowerdir=$dir,upperdir=$state/upper$dir,workdir=$state/work$dir" "$dir"
+    done
+    mount -t tmpfs -o mode=0755 tmpfs /run
+    for dir in "${EMPTY[@]}"; do
+        mkdir -p "$state/empty$dir" "$dir"
+        mount --bind "$state/empty$dir" "$dir"
+    done
+    chmod 1777 /tmp
+    shopt -s nullglob
+    while IFS= read -r path; do
+        [ -n "$path" ] || continue
+        ok=
+        for dir in "${OVERLAID[@]}" "${EMPTY[@]}" /run; do
+            case "$path" in "$dir"/?*) ok=1 ;; esac
+        done
+        [ -n "$ok" ] || die "state path $path is outside the sandbox's overlays; refusing to remove it"
+        # Unquoted on purpose: a path may be a glob (/var/spool/slurmd-*).
+        # shellcheck disable=SC2086
+        for path in $path; do
+            mountpoint -q "$path" || rm -rf --one-file-system "$path"
+        done
+    done <<<"$paths"
+    ip link set lo up
+    # A machine has an address besides loopback's, and programs that resolve names with
+    # AI_ADDRCONFIG (Slurm's, for one) find no IPv4 address at all without one: a veth pair (this
+    # kernel has no dummy interfaces) whose address nothing outside the sandbox can reach.
+    ip link add "$IFACE" type veth peer name "$IFACE-peer"
+    ip addr add "$IFACE_ADDR" dev "$IFACE"
+    ip link set "$IFACE-peer" up
+    ip link set "$IFACE" up
+    exec "$@"
+}
+
+main() {
+    if [ "${1:-}" = --inside ]; then
+        shift
+        inside "$@"
+    fi
+    [ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
+    [ "$(id -u)" -eq 0 ] || die "must run as root (it mounts overlays). Fix: sudo $0 $*"
+    local state paths rc=0
+    paths=$("$HERE/services.sh" paths; "$HERE/apptainer.sh" paths)
+    state=$(mktemp -d /var/tmp/ctrain-fresh-state.XXXXXX)
+    if [ "${FRESH_STATE_KEEP:-}" = 1 ]; then
+        echo "fresh-state: the sandbox's files stay in $state" >&2
+    else
+        # shellcheck disable=SC2064  # $state is fixed now
+        trap "rm -rf --one-file-system '$state'" EXIT
+    fi
+    unshare --mount --propagation private --net --pid --uts --ipc --fork --mount-proc --kill-child \
+        "$HERE/fresh-state.sh" --inside "$state" "$paths" "$@" || rc=$?
+    return "$rc"
+}
+
+main "$@"
