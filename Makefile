@@ -20,11 +20,17 @@ help:  ## list the targets
 system:  ## install the Debian packages ctrain's tests and builds use (root)
 	scripts/system-packages.sh
 
-$(VPY):
+# The venv is made whole or made again: its marker is written last, so a run killed while making
+# it (or a venv made by hand) is not taken for a finished one. Only a venv is ever removed.
+VENV_MADE := $(VENV)/.ctrain-venv-made
+$(VENV_MADE):
+	@[ ! -e $(VENV) ] || [ -f $(VENV)/pyvenv.cfg ] || { echo "$(VENV) is not a venv; not removing it. Fix: move it aside, or make install VENV=another-directory" >&2; exit 1; }
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
+	touch $@
 
-install: $(VPY)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's default) and its tf-keras, and Horovod (wheel cached)
+install: $(VENV_MADE)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's default) and its tf-keras, and Horovod (wheel cached)
 	$(MATRIX) constraints $(TF_VERSION) cpu >$(VENV)/ctrain-constraints.txt
 	$(VPY) -m pip install --quiet -c $(VENV)/ctrain-constraints.txt -e '.[train,dev]'
 	$(VPY) -m pip install --quiet cloudpickle psutil pyyaml packaging
@@ -33,7 +39,7 @@ install: $(VPY)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's 
 	scripts/check-horovod-build.sh --patches patches/horovod-$$($(MATRIX) get $(TF_VERSION) horovod) \
 	  --allreduce $(VENV)/bin/horovodrun TensorFlow MPI Gloo
 
-horovod: $(VPY)  ## build (or reuse) the cached Horovod wheel
+horovod: $(VENV_MADE)  ## build (or reuse) the cached Horovod wheel
 	scripts/horovod-wheel.sh $(VPY)
 
 # NODES=N compute hosts cn01..cnNN (partition `cluster`, docs/cluster.md) beside the one-node

@@ -18,7 +18,8 @@
 #   - the network is loopback and one veth pair (10.78.0.1, so that the machine has an address):
 #     daemons started there take their usual ports without meeting
 #     this machine's (a registry on 127.0.0.1:5000 in there is not the one out here), and compute
-#     hosts made there are namespaces of the sandbox's network.
+#     hosts made there are namespaces of the sandbox's network. FRESH_STATE_NETWORK=host keeps this
+#     machine's network instead, for an install step that downloads (scripts/apptainer.sh).
 # What is not reset: the installed Debian packages (only a new machine tests `make system`'s apt
 # step), /dev (services.sh makes /dev/nvidia0..3 there when missing), the kernel's settings.
 # When COMMAND ends, every process it started ends with the PID namespace, and the sandbox's
@@ -36,11 +37,12 @@ die() {
     exit 1
 }
 
-# Inside the new namespaces: lay the sandbox out in STATE, remove PATHS (newline-separated, globs
-# allowed), then exec COMMAND.
+# inside NETWORK STATE PATHS COMMAND...: in the new namespaces, lay the sandbox out in STATE, remove
+# PATHS (one a line, globs allowed), give a network of its own (NETWORK=sandbox) a loopback and
+# an address, then exec COMMAND.
 inside() {
-    local state=$1 paths=$2 dir path ok
-    shift 2
+    local network=$1 state=$2 paths=$3 dir path ok
+    shift 3
     for dir in "${OVERLAID[@]}"; do
         mkdir -p "$state/upper$dir" "$state/work$dir"
         mount -t overlay overlay \
@@ -66,6 +68,7 @@ inside() {
             mountpoint -q "$path" || rm -rf --one-file-system "$path"
         done
     done <<<"$paths"
+    [ "$network" = sandbox ] || exec "$@"
     ip link set lo up
     # A machine has an address besides loopback's, and programs that resolve names with
     # AI_ADDRCONFIG (Slurm's, for one) find no IPv4 address at all without one: a veth pair (this
@@ -84,7 +87,13 @@ main() {
     fi
     [ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
     [ "$(id -u)" -eq 0 ] || die "must run as root (it mounts overlays). Fix: sudo $0 $*"
-    local state paths rc=0
+    local state paths network=${FRESH_STATE_NETWORK:-sandbox} rc=0
+    local namespaces=(--mount --propagation private --pid --uts --ipc --fork --mount-proc --kill-child)
+    case "$network" in
+        sandbox) namespaces+=(--net) ;;
+        host) ;;
+        *) die "FRESH_STATE_NETWORK=$network: want sandbox or host" ;;
+    esac
     paths=$("$HERE/services.sh" paths; "$HERE/apptainer.sh" paths)
     state=$(mktemp -d /var/tmp/ctrain-fresh-state.XXXXXX)
     if [ "${FRESH_STATE_KEEP:-}" = 1 ]; then
@@ -93,8 +102,8 @@ main() {
         # shellcheck disable=SC2064  # $state is fixed now
         trap "rm -rf --one-file-system '$state'" EXIT
     fi
-    unshare --mount --propagation private --net --pid --uts --ipc --fork --mount-proc --kill-child \
-        "$HERE/fresh-state.sh" --inside "$state" "$paths" "$@" || rc=$?
+    unshare "${namespaces[@]}" "$HERE/fresh-state.sh" --inside "$network" "$state" "$paths" "$@" \
+        || rc=$?
     return "$rc"
 }
 

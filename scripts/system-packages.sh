@@ -30,6 +30,9 @@ elif [ "$(id -u)" -ne 0 ]; then
     exit 1
 else
     echo "system-packages: installing ${missing[*]}"
+    # An apt run killed midway leaves packages half-configured, and apt-get then refuses every
+    # install until dpkg has finished them.
+    DEBIAN_FRONTEND=noninteractive dpkg --configure -a
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

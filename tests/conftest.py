@@ -76,6 +76,12 @@ def missing(marker: str) -> str | None:
             return "ch-run or ch-convert not found (make system: charliecloud-runtime)"
         if not _run_ok(["ch-checkns"]):
             return "ch-checkns fails: no unprivileged user namespaces"
+    elif marker == "sandbox":
+        if os.geteuid() != 0:
+            return "scripts/fresh-state.sh needs root"
+        for tool in ("unshare", "munged", "slurmctld", "dockerd", "docker-registry", "debootstrap"):
+            if not shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"):
+                return f"{tool} not found (make system)"
     elif marker in ("tensorflow", "horovod") and importlib.util.find_spec(marker) is None:
         return f"{marker} is not importable (make install)"
     return None
@@ -90,6 +96,7 @@ SERVICE_MARKERS = (
     "podman",
     "apptainer",
     "charliecloud",
+    "sandbox",
     "tensorflow",
     "horovod",
 )

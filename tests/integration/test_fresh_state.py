@@ -1,0 +1,158 @@
+"""The services and Apptainer start on a new machine's state, as on a used, stopped, half-started or
+damaged one, always the same way.
+
+Each test runs its script in scripts/fresh-state.sh's sandbox: this machine's packages, but none of
+the state that scripts/services.sh, scripts/cluster.sh and scripts/apptainer.sh keep (no munge key,
+no slurm.conf, no Slurm state, no registry store, no Docker data, no compute hosts, no Apptainer
+root), an empty /run and /tmp, and a network of its own, so the services running out here (the
+registry on 127.0.0.1:5000, slurmctld's ports) are neither met nor touched. Everything the sandbox
+starts ends with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO
+
+FRESH_STATE = str(REPO / "scripts" / "fresh-state.sh")
+
+
+def in_fresh_state(script: str, timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run bash SCRIPT in the repository, in a new sandbox; kill the whole sandbox on a timeout."""
+    proc = subprocess.Popen(
+        [FRESH_STATE, "bash", "-euo", "pipefail", "-c", script],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s:\n{out}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
+
+
+@pytest.mark.sandbox
+def test_the_services_start_on_a_new_machines_state() -> None:
+    # NODES=3 as `make services`: the compute hosts' bridge, namespaces and slurmds too.
+    proc = in_fresh_state(
+        "scripts/services.sh start && scripts/services.sh status", 300, CTRAIN_SERVICES_NODES="3"
+    )
+    assert proc.returncode == 0, proc.stdout
+    out = proc.stdout
+    # What only an empty state makes: the sandbox really was a new machine's.
+    assert "munge: creating /etc/munge/munge.key" in out
+    assert "slurm: wrote /etc/slurm/slurm.conf" in out
+    assert "cluster: bridge ctrain-br0" in out
+    assert "registry: garbage-collected /var/lib/ctrain-registry" in out
+    assert "WARNING" not in out
+    # services.sh status: one line a service, its name in 16 columns and a space.
+    running = {line[:16].strip() for line in out.splitlines() if line[17:].startswith("running")}
+    assert running == {
+        "munged",
+        "slurmctld",
+        "slurmd",
+        "slurmd cn01",
+        "slurmd cn02",
+        "slurmd cn03",
+        "dockerd",
+        "docker-registry",
+    }, out
+
+
+# One tag pushed twice: the first manifest is left untagged, for the collector of the next start.
+PUSH_TWICE = """
+image=/var/lib/ctrain-registry/docker/registry/v2/repositories/fresh/image
+push() {
+    dir=$(mktemp -d)
+    head -c 100000 /dev/urandom >"$dir/payload"
+    tar -C "$dir" -c . | docker import - 127.0.0.1:5000/fresh/image:1 >/dev/null
+    docker push -q 127.0.0.1:5000/fresh/image:1 >/dev/null
+    rm -rf "$dir"
+}
+revisions() { ls "$image/_manifests/revisions/sha256" | wc -l; }
+"""
+
+USED_STOPPED_DAMAGED = (
+    PUSH_TWICE
+    + """
+s=scripts/services.sh
+$s start >/dev/null
+push; push
+echo "revisions before: $(revisions)"
+
+echo "== used, stopped"
+$s stop >/dev/null
+$s start >/dev/null
+echo "revisions after: $(revisions)"
+
+echo "== half-started: slurmctld and the registry killed, the rest running"
+pkill -KILL -x slurmctld; pkill -KILL -x docker-registry
+$s start >/dev/null
+
+echo "== damaged: every daemon killed, pid files and munge's socket left, dockerd's pid file naming
+a live process, the registry's blobs gone and a manifest's link garbled"
+pkill -KILL -x munged; pkill -KILL -x slurmctld; pkill -KILL -x slurmd
+pkill -KILL -x dockerd; pkill -KILL -x docker-registry
+sleep 1
+test -S /run/munge/munge.socket.2
+echo 1 >/run/ctrain-dockerd.pid
+rm -rf /var/lib/ctrain-registry/docker/registry/v2/blobs
+for link in "$image"/_manifests/revisions/sha256/*/link; do
+    printf 'sha256:garbled' >"$link"
+done
+$s start
+$s status
+srun -n 2 -t 1 true
+push
+docker rmi -f 127.0.0.1:5000/fresh/image:1 >/dev/null
+docker pull -q 127.0.0.1:5000/fresh/image:1 >/dev/null
+echo "pushed and pulled again"
+"""
+)
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(480)
+def test_the_services_start_again_from_used_stopped_half_started_and_damaged_states() -> None:
+    proc = in_fresh_state(USED_STOPPED_DAMAGED, 420, CTRAIN_SERVICES_NODES="0")
+    assert proc.returncode == 0, proc.stdout
+    out = proc.stdout
+    # The collector took the untagged manifest of the used registry.
+    assert "revisions before: 2\n" in out and "revisions after: 1\n" in out, out
+    # The damaged store: the collector fails, which is a warning; the registry starts all the same
+    # and a push puts back what it lacks.
+    assert "WARNING: docker-registry garbage-collect failed" in out
+    assert "all services up" in out and out.rstrip().endswith("pushed and pulled again"), out
+
+
+# A root half built (a run killed during debootstrap) lies beside the place of the real one.
+APPTAINER = """
+mkdir -p /opt/ctrain/apptainer/root.new.killed/usr
+scripts/apptainer.sh
+test ! -e /opt/ctrain/apptainer/root.new.killed
+apptainer --version
+scripts/apptainer.sh
+"""
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(960)
+def test_apptainer_installs_on_a_new_machines_state() -> None:
+    # The host's network: the root is made from the Debian mirror.
+    proc = in_fresh_state(APPTAINER, 900, FRESH_STATE_NETWORK="host")
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("apptainer: debootstrap trixie") for line in lines), proc.stdout
+    assert "apptainer version 1.4.5-2" in lines
+    assert lines[-1] == "apptainer: 1.4.5-2 present", proc.stdout
