@@ -8,11 +8,13 @@ live in ``cluster_tmp`` (shared by every host; /tmp is not).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +278,64 @@ def test_two_two_node_jobs_at_once_sharing_a_host_use_other_ports(cluster_tmp: P
     assert set(hosts(found[0])) & set(hosts(found[1]))  # 3 hosts: they share one at least
     workers = [set(f[0]["tf_config"]["cluster"]["worker"]) for f in found]
     assert not workers[0] & workers[1]
+
+
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"  # per network namespace: per compute host
+TWO_HOSTS = ("cn01", "cn02")
+
+
+def on_host(host: str, command: str) -> subprocess.CompletedProcess[str]:
+    """A shell command in compute host HOST's network namespace (as root)."""
+    argv = ["nsenter", f"--net=/run/netns/{host}", "sh", "-c", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+
+
+@contextlib.contextmanager
+def ephemeral_range(low: int, high: int) -> Iterator[None]:
+    """Both hosts' ephemeral port range set to LOW-HIGH, as a site sets it; put back after."""
+    before = {host: on_host(host, f"cat {EPHEMERAL}").stdout.split() for host in TWO_HOSTS}
+    try:
+        for host in TWO_HOSTS:
+            on_host(host, f"echo '{low} {high}' >{EPHEMERAL}")
+            assert on_host(host, f"cat {EPHEMERAL}").stdout.split() == [str(low), str(high)]
+        yield
+    finally:
+        for host, (old_low, old_high) in before.items():
+            on_host(host, f"echo '{old_low} {old_high}' >{EPHEMERAL}")
+
+
+LOWERED = (9000, 65000)  # a site's range over ctrain's default ports 20000-31999
+
+
+@pytest.mark.timeout(2 * STEP_TIMEOUT)
+def test_ports_keep_clear_of_an_ephemeral_range_lowered_over_them(cluster_tmp: Path) -> None:
+    argv = [*SRUN, "-w", ",".join(TWO_HOSTS), "-N", "2", "-n", "2", "--kill-on-bad-exit=1"]
+    with ephemeral_range(*LOWERED):
+        done = run(
+            [*argv, CTRAIN, "launch", "--", *probe(cluster_tmp)], cluster_env(), STEP_TIMEOUT
+        )
+        # A base the user chose is refused on every rank, before the script starts.
+        refused = subprocess.run(
+            [*argv, CTRAIN, "launch", "--", *probe(cluster_tmp / "refused")],
+            env=cluster_env(CTRAIN_PORT_BASE="20000"),
+            capture_output=True,
+            text=True,
+            timeout=STEP_TIMEOUT,
+        )
+    found = reports(cluster_tmp, 2)
+    ports = [int(w.rsplit(":", 1)[1]) for w in found[0]["tf_config"]["cluster"]["worker"]]
+    assert all(LOWERED[1] < port <= 65535 for port in ports), ports
+    assert same_weights(found)
+    assert "moved above it" in done.stderr
+    assert refused.returncode != 0
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("ctrain: error:")]
+    assert (
+        errors
+        == [
+            "ctrain: error: ports 20000-31999 lie in this node's ephemeral port range 9000-65000 "
+            "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's port "
+            "Fix: --port-base 65001 (CTRAIN_PORT_BASE): 512 ports above the range"
+        ]
+        * 2
+    ), refused.stderr
+    assert not (cluster_tmp / "refused").exists()

@@ -14,6 +14,7 @@ from ctrain.launch.gloo import Rendezvous, horovod_environment, rendezvous, uses
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
+from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, choose_window, worker_ports
 from ctrain.launch.profile import (
     AUTO_RANKS,
     DEFAULT_PROFILE_DIR,
@@ -31,10 +32,6 @@ PROXY_VARIABLES = tuple(
     for base in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy")
     for name in (base, base.upper())
 )
-PORT_SPAN = (
-    12000  # ports come from [port_base, port_base + PORT_SPAN): below Linux's ephemeral range
-)
-PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
 
 # Settings users otherwise set by hand. Each is set only when the environment does not already
 # have it, so a site or a user overrides any of them by exporting it.
@@ -54,6 +51,7 @@ class LaunchOptions(NamedTuple):
     collective: str = AUTO
     collective_timeout: int = 600
     port_base: int = 20000
+    port_base_chosen: bool = False  # set by the user, so kept or refused, never moved
     keep_proxies: bool = False
     keras: str = AUTO
     tune: str = AUTO
@@ -69,6 +67,7 @@ class LaunchOptions(NamedTuple):
             collective=s.collective,
             collective_timeout=s.collective_timeout,
             port_base=s.port_base,
+            port_base_chosen=s.sources.get("port_base", "default") != "default",
             keep_proxies=s.keep_proxies,
             keras=s.keras,
             tune=s.tune,
@@ -91,6 +90,7 @@ class Plan(NamedTuple):
     env_unset: tuple[str, ...]
     tuned: tuple[Tuned, ...] = ()  # thread and polling defaults (launch/tuning.py)
     rendezvous: Rendezvous | None = None  # Horovod over Gloo (launch/gloo.py)
+    port_window: Window | None = None  # where ports came from, when the mode listens on any
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -112,6 +112,15 @@ class Plan(NamedTuple):
             },
             "tuning": [t._asdict() for t in self.tuned],
             "rendezvous": self.rendezvous.explain() if self.rendezvous else None,
+            "port_window": (
+                {
+                    "first": self.port_window.base,
+                    "last": self.port_window.last,
+                    "moved": self.port_window.moved or None,
+                }
+                if self.port_window
+                else None
+            ),
         }
 
     def banner(self) -> str:
@@ -157,31 +166,6 @@ def worker_hosts(
             left[index] -= taken
             order += [node] * taken
     return tuple(order)
-
-
-def port_block(job_id: str | None, step_id: str | None) -> int:
-    """A block of ports for this job step: consecutive job ids and steps get distinct blocks."""
-    job = int(job_id) if job_id and job_id.isdigit() else 0
-    step = int(step_id) if step_id and step_id.isdigit() else 0
-    return (job * 7 + step) % (PORT_SPAN // PORT_BLOCK)
-
-
-def worker_ports(hosts: tuple[str, ...], base: int, block: int) -> tuple[int, ...]:
-    """One port per rank: the step's block, offset by the rank's index on its own node."""
-    seen: dict[str, int] = {}
-    ports = []
-    for host in hosts:
-        index = seen.get(host, 0)
-        seen[host] = index + 1
-        if index >= PORT_BLOCK:
-            raise LaunchError(
-                f"{index + 1} ranks on {host}; ctrain gives at most {PORT_BLOCK} per node",
-                "use fewer tasks per node",
-            )
-        ports.append(base + block * PORT_BLOCK + index)
-    if ports and max(ports) > 65535:
-        raise LaunchError(f"port {max(ports)} is above 65535", "lower CTRAIN_PORT_BASE")
-    return tuple(ports)
 
 
 def pin_gpus(
@@ -261,7 +245,7 @@ def _environment(
 
 
 def _workers(
-    job: JobEnv, place: Placement, port_base: int, environ: Mapping[str, str]
+    job: JobEnv, place: Placement, window: Window, environ: Mapping[str, str]
 ) -> tuple[tuple[int, ...], dict[str, Any]]:
     """MultiWorkerMirroredStrategy's ports, one per rank, and this rank's TF_CONFIG."""
     slurm = job.slurm
@@ -280,7 +264,7 @@ def _workers(
             "multiworker across nodes needs Slurm's node list, and this launch has none",
             "start the ranks with srun, or use --mode horovod under mpirun",
         )
-    ports = worker_ports(by_rank, port_base, port_block(slurm.job_id, slurm.step_id))
+    ports = worker_ports(by_rank, window, window.block(slurm.job_id, slurm.step_id))
     tf_config = {
         "cluster": {"worker": [f"{h}:{p}" for h, p in zip(by_rank, ports, strict=True)]},
         "task": {"type": "worker", "index": place.rank},
@@ -308,6 +292,31 @@ def _profile(
     )
 
 
+def _listening(
+    mode: Mode,
+    job: JobEnv,
+    place: Placement,
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    ephemeral: Ephemeral | None,
+) -> tuple[Window | None, tuple[int, ...], dict[str, Any] | None, Rendezvous | None]:
+    """The ports of the modes whose ranks listen: the window they come from, multiworker's port
+    per rank and TF_CONFIG, Horovod over Gloo's rendezvous (the last port of the step's block)."""
+    gloo = uses_gloo(mode, job, place.size)
+    if mode is not Mode.MULTIWORKER and not gloo:
+        return None, (), None, None
+    window = choose_window(options.port_base, options.port_base_chosen, ephemeral)
+    ports: tuple[int, ...] = ()
+    tf_config = None
+    if mode is Mode.MULTIWORKER:
+        ports, tf_config = _workers(job, place, window, environ)
+    meet = None
+    if gloo:
+        last = (window.block(job.slurm.job_id, job.slurm.step_id) + 1) * PORT_BLOCK - 1
+        meet = rendezvous(job, place, window.base + last)
+    return window, ports, tf_config, meet
+
+
 def make_plan(
     job: JobEnv,
     options: LaunchOptions,
@@ -316,26 +325,21 @@ def make_plan(
     script_imports_keras: bool = False,
     cpus: Cpus | None = None,
     process: Process | None = None,
+    ephemeral: Ephemeral | None = None,
 ) -> Plan:
     """Everything this rank needs before the training command starts.
 
     ``visible_gpus`` are the GPUs this process can see (from the job environment, or detected);
     ``script_imports_keras``: the training script imports ``keras`` itself (``imports_keras``);
     ``cpus``: this process's CPU mask and its node's CPUs, for the thread defaults;
-    ``process``: its working directory and process ids, for ``--profile``'s run directory.
+    ``process``: its working directory and process ids, for ``--profile``'s run directory;
+    ``ephemeral``: its node's ephemeral port range, which the ports keep clear of (launch/ports.py).
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
     slurm = job.slurm
     hosts = slurm.nodes
-    ports: tuple[int, ...] = ()
-    tf_config: dict[str, Any] | None = None
-    if mode is Mode.MULTIWORKER:
-        ports, tf_config = _workers(job, place, options.port_base, environ)
-    meet = None
-    if uses_gloo(mode, job, place.size):
-        last = (port_block(slurm.job_id, slurm.step_id) + 1) * PORT_BLOCK - 1
-        meet = rendezvous(job, place, options.port_base + last)
+    window, ports, tf_config, meet = _listening(mode, job, place, options, environ, ephemeral)
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
     if collective == AUTO:
@@ -359,7 +363,18 @@ def make_plan(
     if options.profile is not None:
         env_set.update(_profile(options, mode, place, environ, process))
     return Plan(
-        mode, place, hosts, ports, gpus, collective, tf_config, env_set, env_unset, tuned, meet
+        mode,
+        place,
+        hosts,
+        ports,
+        gpus,
+        collective,
+        tf_config,
+        env_set,
+        env_unset,
+        tuned,
+        meet,
+        window,
     )
 
 

@@ -19,6 +19,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import imports_keras, script_of
 from ctrain.launch.mpicheck import Verdict
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
+from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
 from ctrain.names import ENV_LAUNCH_COLLECTIVE_TIMEOUT, Mode
@@ -68,6 +69,26 @@ def this_cpus() -> Cpus:
     return Cpus(len(getaffinity(0)) if getaffinity else node, node)
 
 
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+RESERVED_PORTS = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+
+
+def this_ephemeral() -> Ephemeral | None:
+    """This node's (this network namespace's) ephemeral port range; None where there is none to
+    read (not Linux)."""
+    try:
+        with open(EPHEMERAL_RANGE, encoding="ascii") as file:
+            port_range = file.read()
+    except OSError:
+        return None
+    try:
+        with open(RESERVED_PORTS, encoding="ascii") as file:
+            reserved = file.read()
+    except OSError:
+        reserved = ""
+    return Ephemeral.parse(port_range, reserved)
+
+
 def this_process() -> Process:
     """This process's working directory and ids (``--profile``'s run directory)."""
     return Process(os.getcwd(), os.getpid(), os.getppid())
@@ -80,7 +101,9 @@ def prepare(
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
     keras3 = script_imports_keras(command)
-    plan = make_plan(job, options, environ, gpus, keras3, this_cpus(), this_process())
+    plan = make_plan(
+        job, options, environ, gpus, keras3, this_cpus(), this_process(), this_ephemeral()
+    )
     mpilibs.enforce(mpi_verdict(plan, options, environ), plan.place.rank)
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
@@ -161,4 +184,6 @@ def exec_plan(
     meet(plan, environ, float(plan.env_set[ENV_LAUNCH_COLLECTIVE_TIMEOUT]))
     if plan.place.rank == 0 and not quiet:
         print(plan.banner(), file=sys.stderr, flush=True)
+        if plan.port_window is not None and plan.port_window.moved:
+            print(f"ctrain: {plan.port_window.moved}", file=sys.stderr, flush=True)
     proc.exec_replace(command, child_environ(environ, plan))

@@ -16,14 +16,12 @@ from ctrain.launch.hostlist import MAX_HOSTS, expand_hostlist, expand_tasks_per_
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.plan import (
-    PORT_BLOCK,
     LaunchOptions,
     make_plan,
     pin_gpus,
-    port_block,
     worker_hosts,
-    worker_ports,
 )
+from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
 from ctrain.names import Mode
 from ctrain.settings import resolve
 from tests.unit.launch.test_modes import JOB, STEP2
@@ -188,11 +186,11 @@ def test_the_port_block_of_a_job_step() -> None:
 
 def test_port_refusals_say_why() -> None:
     hosts = ("a",) * (PORT_BLOCK + 1)
-    assert refusal(lambda: worker_ports(hosts, 20000, 0)) == (
+    assert refusal(lambda: worker_ports(hosts, Window(20000), 0)) == (
         f"{PORT_BLOCK + 1} ranks on a; ctrain gives at most {PORT_BLOCK} per node",
         "use fewer tasks per node",
     )
-    assert refusal(lambda: worker_ports(("a",), 65536, 0)) == (
+    assert refusal(lambda: worker_ports(("a",), Window(65536), 0)) == (
         "port 65536 is above 65535",
         "lower CTRAIN_PORT_BASE",
     )
@@ -252,7 +250,7 @@ def test_launch_options_come_from_the_settings(tmp_path: Path) -> None:
         "CTRAIN_KERAS": "3",
     }
     options = LaunchOptions.from_settings(resolve({}, environ, tmp_path))
-    assert options == LaunchOptions("horovod", "ring", 77, 30000, True, "3")
+    assert options == LaunchOptions("horovod", "ring", 77, 30000, True, True, "3")
     defaults = LaunchOptions.from_settings(resolve({}, {"HOME": str(tmp_path)}, tmp_path))
     assert defaults == LaunchOptions()
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.plan import PORT_BLOCK, LaunchOptions, make_plan, port_block
+from ctrain.launch.plan import LaunchOptions, make_plan
+from ctrain.launch.ports import PORT_BLOCK, port_block
 from ctrain.launch.profile import Process
 from ctrain.names import ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE
 from ctrain.settings import resolve
@@ -46,6 +47,7 @@ def test_options_from_settings_carry_every_setting(tmp_path: Path) -> None:
         collective="ring",
         collective_timeout=90,
         port_base=30000,
+        port_base_chosen=True,
         keep_proxies=True,
         keras="3",
         tune="off",

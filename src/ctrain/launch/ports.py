@@ -1,0 +1,155 @@
+"""The ports a job step's ranks listen on, clear of the node's ephemeral port range.
+
+Linux gives every outgoing connection a local port from ``net.ipv4.ip_local_port_range``
+(32768-60999 unless a site changes it), except the ports listed in
+``net.ipv4.ip_local_reserved_ports``. A rank that listens on a port of that range finds it taken,
+at random, by whatever connection got it first: EADDRINUSE at rendezvous. ctrain's ports come
+from a window of ``PORT_SPAN`` ports from ``--port-base`` (20000-31999 by default, below Linux's
+default range). A site that lowers the range over that window (9000-65000 is seen on clusters)
+gets the window moved to the larger free side of its range (never below 10000, where services
+listen), or, when the user chose the base, a refusal naming a base that is free.
+
+Every rank computes every rank's port, so every rank must see the same range: the nodes of one
+job are taken to share their kernel settings, as the nodes of one partition do.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ctrain.errors import LaunchError
+
+PORT_SPAN = 12000  # ports a node's job steps share: PORT_SPAN // PORT_BLOCK blocks
+PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
+# A window is never moved below: there lie the privileged ports and those of common services
+# (Slurm's slurmctld and slurmd on 6817-6818 of every node, for one).
+LOWEST = 10000
+HIGHEST = 65535
+
+
+class Ephemeral(NamedTuple):
+    """A node's ephemeral port range and the ports reserved out of it."""
+
+    low: int
+    high: int
+    reserved: tuple[tuple[int, int], ...] = ()  # inclusive ranges
+
+    @classmethod
+    def parse(cls, port_range: str, reserved: str = "") -> Ephemeral:
+        """From the text of /proc/sys/net/ipv4/ip_local_port_range ("9000\\t65000") and of
+        ip_local_reserved_ports ("8080,9000-9100", or empty)."""
+        try:
+            low, high = (int(word) for word in port_range.split())
+            spans = []
+            for item in reserved.strip().split(","):
+                if item.strip():
+                    first, _, last = item.strip().partition("-")
+                    spans.append((int(first), int(last or first)))
+        except ValueError as exc:
+            raise LaunchError(
+                f"cannot read the ephemeral port range {port_range.strip()!r} "
+                f"(reserved: {reserved.strip()!r})",
+                "check /proc/sys/net/ipv4/ip_local_port_range on this node",
+            ) from exc
+        return cls(low, high, tuple(spans))
+
+    def takes(self, first: int, last: int) -> tuple[int, ...]:
+        """The ports of [first, last] an outgoing connection may take."""
+        low, high = max(first, self.low), min(last, self.high)
+        return tuple(
+            port
+            for port in range(low, high + 1)
+            if not any(a <= port <= b for a, b in self.reserved)
+        )
+
+    def __str__(self) -> str:
+        return f"{self.low}-{self.high}"
+
+
+class Window(NamedTuple):
+    """The ports [base, base + span) this node's job steps take their blocks from."""
+
+    base: int
+    span: int = PORT_SPAN
+    moved: str = ""  # why it is not [--port-base, + PORT_SPAN), for --explain
+
+    @property
+    def last(self) -> int:
+        return self.base + self.span - 1
+
+    def block(self, job_id: str | None, step_id: str | None) -> int:
+        """A block of ports for this job step: consecutive job ids and steps get distinct
+        blocks."""
+        return port_block(job_id, step_id, self.span // PORT_BLOCK)
+
+
+def port_block(
+    job_id: str | None, step_id: str | None, blocks: int = PORT_SPAN // PORT_BLOCK
+) -> int:
+    """A block of ports for this job step, of ``blocks``."""
+    job = int(job_id) if job_id and job_id.isdigit() else 0
+    step = int(step_id) if step_id and step_id.isdigit() else 0
+    return (job * 7 + step) % blocks
+
+
+def _free_sides(ephemeral: Ephemeral) -> list[Window]:
+    """The windows beside the range, each at most PORT_SPAN and a whole number of blocks."""
+    below_base = max(LOWEST, ephemeral.low - PORT_SPAN)
+    sides = [
+        (below_base, ephemeral.low - below_base, "below"),
+        (ephemeral.high + 1, HIGHEST - ephemeral.high, "above"),
+    ]
+    return [
+        Window(base, min(size, PORT_SPAN) // PORT_BLOCK * PORT_BLOCK, side)
+        for base, size, side in sides
+        if size >= PORT_BLOCK
+    ]
+
+
+def choose_window(base: int, chosen: bool, ephemeral: Ephemeral | None) -> Window:
+    """The window of ports for ``--port-base`` ``base`` on a node with ``ephemeral``.
+
+    ``chosen``: the user set the base (a flag, a variable or a file), so it is kept or refused,
+    never moved. ``ephemeral`` None: the range is unknown (not Linux), and the window is kept.
+    """
+    wanted = Window(base)
+    if ephemeral is None:
+        return wanted
+    taken = ephemeral.takes(wanted.base, min(wanted.last, HIGHEST))
+    if not taken:
+        return wanted
+    sides = sorted(_free_sides(ephemeral), key=lambda side: side.span, reverse=True)
+    where = (
+        f"ports {wanted.base}-{wanted.last} lie in this node's ephemeral port range {ephemeral} "
+        "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's port"
+    )
+    if chosen or not sides:
+        fix = (
+            f"--port-base {sides[0].base} (CTRAIN_PORT_BASE): {sides[0].span} ports "
+            f"{sides[0].moved} the range"
+            if sides
+            else "ask the site to reserve ports for jobs (net.ipv4.ip_local_reserved_ports) "
+            "and set --port-base (CTRAIN_PORT_BASE) to the first of them"
+        )
+        raise LaunchError(where, fix)
+    best = sides[0]
+    return best._replace(moved=f"{where}: moved {best.moved} it")
+
+
+def worker_ports(hosts: tuple[str, ...], window: Window, block: int) -> tuple[int, ...]:
+    """One port per rank: the step's block of ``window``, offset by the rank's index on its own
+    node."""
+    seen: dict[str, int] = {}
+    by_rank = []
+    for host in hosts:
+        index = seen.get(host, 0)
+        seen[host] = index + 1
+        if index >= PORT_BLOCK:
+            raise LaunchError(
+                f"{index + 1} ranks on {host}; ctrain gives at most {PORT_BLOCK} per node",
+                "use fewer tasks per node",
+            )
+        by_rank.append(window.base + block * PORT_BLOCK + index)
+    if by_rank and max(by_rank) > HIGHEST:
+        raise LaunchError(f"port {max(by_rank)} is above 65535", "lower CTRAIN_PORT_BASE")
+    return tuple(by_rank)
