@@ -23,7 +23,7 @@ from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
 from ctrain.launch import mpilibs
-from ctrain.launch.gpus import list_gpus
+from ctrain.launch.gpus import code_verdict, list_gpus
 from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
 from ctrain.settings import Settings
 from ctrain.util import fs, proc
@@ -371,6 +371,7 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
         ("tmp", lambda: check_tmp(environ, settings)),
         ("slurm", lambda: check_slurm(environ)),
         ("gpus", lambda: check_gpus(gpus, environ)),
+        ("gpu-code", lambda: Check("gpu-code", *code_verdict(environ))),
         ("tensorflow", lambda: check_tensorflow(environ, gpus)),
         ("horovod", lambda: check_horovod(environ, gpus)),
         ("mpi", lambda: check_mpi(environ)),

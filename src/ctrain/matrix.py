@@ -44,6 +44,18 @@ class MatrixError(ValueError):
 
 
 @dataclass(frozen=True)
+class GpuCode:
+    """The GPU code in a TensorFlow wheel and what it needs (matrix.toml's gpu_code)."""
+
+    cuda: str  # the CUDA it was built with
+    sass: tuple[str, ...]  # compute capabilities with machine code
+    ptx: str  # the compute capability of its PTX
+    driver: str  # the driver its CUDA needs in full (the PTX JIT)
+    newest: str  # the newest compute capability its CUDA's ptxas compiles for
+    cuda12_driver: str  # the oldest driver that runs CUDA 12 code at all
+
+
+@dataclass(frozen=True)
 class Row:
     """One TensorFlow of the matrix and what goes with it."""
 
@@ -55,6 +67,7 @@ class Row:
     openmpi: str
     horovod_nvcc: str
     cuda_wheels: Mapping[str, str]
+    gpu_code: GpuCode
 
 
 def parse(text: str) -> tuple[Row, ...]:
@@ -70,6 +83,14 @@ def parse(text: str) -> tuple[Row, ...]:
             openmpi=data["openmpi"],
             horovod_nvcc=data["horovod_nvcc"],
             cuda_wheels=dict(entry["cuda_wheels"]),
+            gpu_code=GpuCode(
+                cuda=entry["gpu_code"]["cuda"],
+                sass=tuple(entry["gpu_code"]["sass"]),
+                ptx=entry["gpu_code"]["ptx"],
+                driver=entry["gpu_code"]["driver"],
+                newest=entry["gpu_code"]["newest"],
+                cuda12_driver=data["cuda12_driver"],
+            ),
         )
         for entry in data["tensorflow"]
     )
@@ -217,7 +238,10 @@ def run(argv: Sequence[str], rows: Sequence[Row]) -> list[str]:
             return [f"{name}={value}" for name, value in pins(find(rows, tf), flavour).items()]
         case ["constraints", tf, flavour]:
             return constraints(find(rows, tf), flavour)
-        case ["get", tf, field] if field in Row.__dataclass_fields__ and field != "cuda_wheels":
+        case ["get", tf, field] if field in Row.__dataclass_fields__ and field not in (
+            "cuda_wheels",
+            "gpu_code",
+        ):
             return [str(getattr(find(rows, tf), field))]
         case ["patches", path, tf]:
             find(rows, tf)

@@ -25,6 +25,7 @@ def test_doctor_json_on_this_machine() -> None:
         "tmp",
         "slurm",
         "gpus",
+        "gpu-code",
         "tensorflow",
         "horovod",
         "mpi",
@@ -33,6 +34,14 @@ def test_doctor_json_on_this_machine() -> None:
     for check in checks.values():
         assert check["status"] in ("PASS", "WARN", "FAIL")
         assert "check crashed" not in check["detail"], check
+
+    # No nvidia-smi here: no GPU to hold against TensorFlow's code.
+    assert checks["gpu-code"] == {
+        "name": "gpu-code",
+        "status": "PASS",
+        "detail": "no GPU: nothing to check",
+        "fix": "",
+    }
 
     tensorflow = checks["tensorflow"]
     assert tensorflow["status"] == "PASS", tensorflow

@@ -425,11 +425,11 @@ def test_a_crash_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "run", boom)
     env = {"HOME": "/nonexistent-home"}
     results = doctor.run_checks(env, resolve({}, env, Path("/nonexistent-cwd")))
-    names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "tensorflow", "horovod", "mpi"]
-    names.append("mpi-match")
+    names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "gpu-code", "tensorflow"]
+    names += ["horovod", "mpi", "mpi-match"]
     assert [r.name for r in results] == names
     crashed = {r.name for r in results if r.detail == "check crashed: RuntimeError: boom"}
-    assert crashed == {"runtime", "podman", "slurm", "tensorflow", "horovod", "mpi"}
+    assert crashed == {"runtime", "podman", "slurm", "gpu-code", "tensorflow", "horovod", "mpi"}
     assert doctor.failed(results)
 
 

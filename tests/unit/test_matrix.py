@@ -15,6 +15,7 @@ from ctrain import matrix
 TEXT = """
 openmpi = "9.1"
 horovod_nvcc = "7.7"
+cuda12_driver = "500.1"
 
 [[tensorflow]]
 version = "3.2.1"
@@ -27,6 +28,12 @@ nvidia-cuda-runtime-cu12 = "12.9"
 nvidia-cudnn-cu12 = "9.9"
 nvidia-nccl-cu12 = "2.9"
 nvidia-cublas-cu12 = "12.1"
+[tensorflow.gpu_code]
+cuda = "12.9"
+sass = ["7.0", "8.0"]
+ptx = "8.0"
+driver = "575.1"
+newest = "12.1"
 
 [[tensorflow]]
 version = "3.1.0"
@@ -38,6 +45,12 @@ horovod = "1.0"
 nvidia-cuda-runtime-cu12 = "12.8"
 nvidia-cudnn-cu12 = "9.8"
 nvidia-nccl-cu12 = "2.8"
+[tensorflow.gpu_code]
+cuda = "12.8"
+sass = ["6.0"]
+ptx = "6.0"
+driver = "570.1"
+newest = "12.0"
 """
 ROWS = matrix.parse(TEXT)
 NEW, OLD = ROWS
@@ -56,6 +69,8 @@ def test_parse_reads_every_row_in_order_with_the_shared_fields() -> None:
     assert NEW.openmpi == OLD.openmpi == "9.1"
     assert NEW.horovod_nvcc == OLD.horovod_nvcc == "7.7"
     assert OLD.cuda_wheels[matrix.NCCL] == "2.8"
+    assert NEW.gpu_code == matrix.GpuCode("12.9", ("7.0", "8.0"), "8.0", "575.1", "12.1", "500.1")
+    assert OLD.gpu_code.sass == ("6.0",) and OLD.gpu_code.cuda12_driver == "500.1"
 
 
 def test_parse_refuses_a_matrix_without_tensorflow() -> None:

@@ -1,11 +1,15 @@
-"""The GPUs this process can see: ``nvidia-smi -L`` parsed in one place."""
+"""The GPUs this process can see (``nvidia-smi -L``), and what they and the driver are
+(``nvidia-smi --query-gpu``, judged in launch/gpucode.py): nvidia-smi is asked here only."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from ctrain import matrix
+from ctrain.launch.gpucode import QUERY, QUERY_OLD, GpuAnswer, Verdict, judge, parse_query
 from ctrain.launch.jobenv import JobEnv
 from ctrain.util import proc
 
@@ -38,3 +42,36 @@ def visible_gpus(job: JobEnv, environ: Mapping[str, str]) -> tuple[str, ...]:
     if job.gpus.visible is not None:
         return job.gpus.visible
     return tuple(gpu.number for gpu in list_gpus(environ) or ())
+
+
+def query_gpus(environ: Mapping[str, str]) -> tuple[GpuAnswer, ...] | None:
+    """Each GPU's name, compute capability and driver; None when nvidia-smi is missing or fails."""
+    path = proc.which("nvidia-smi", environ)
+    if path is None:
+        return None
+    for query in (QUERY, QUERY_OLD):  # a driver before 510 refuses compute_cap
+        done = proc.run([path, *query], environ, timeout=NVIDIA_SMI_TIMEOUT)
+        if done.returncode == 0:
+            return parse_query(done.stdout)
+    return None
+
+
+def installed_tensorflow() -> tuple[str | None, matrix.GpuCode | None]:
+    """The TensorFlow this Python would import (its distribution's version, without importing
+    it) and, where the matrix has it, its GPU code."""
+    for dist in ("tensorflow", "tensorflow-cpu"):
+        try:
+            tf = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        try:
+            return tf, matrix.find(matrix.load(), tf).gpu_code
+        except matrix.MatrixError:
+            return tf, None
+    return None, None
+
+
+def code_verdict(environ: Mapping[str, str]) -> Verdict:
+    """This node's GPUs and driver against this Python's TensorFlow (nothing to check without
+    nvidia-smi: ``ctrain doctor``'s gpus line says so)."""
+    return judge(query_gpus(environ) or (), *installed_tensorflow())

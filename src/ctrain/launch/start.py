@@ -14,7 +14,7 @@ from typing import NoReturn
 from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
-from ctrain.launch.gpus import visible_gpus
+from ctrain.launch.gpus import code_verdict, visible_gpus
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import imports_keras, script_of
 from ctrain.launch.mpicheck import Verdict
@@ -173,6 +173,15 @@ def meet(plan: Plan, environ: Mapping[str, str], timeout: float) -> None:
         time.sleep(0.2)
 
 
+def _warn_gpu_code(environ: Mapping[str, str]) -> None:
+    """One line when this node's GPUs or driver cannot run the TensorFlow here as it is, or run it
+    only after compiling its kernels (ctrain doctor's gpu-code line; silent where the TensorFlow's
+    GPU code is not known)."""
+    verdict = code_verdict(environ)
+    if verdict.status != "PASS" and verdict.fix:
+        print(f"ctrain: warning: {verdict.detail} Fix: {verdict.fix}", file=sys.stderr, flush=True)
+
+
 def exec_plan(
     plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool
 ) -> NoReturn:
@@ -186,4 +195,6 @@ def exec_plan(
         print(plan.banner(), file=sys.stderr, flush=True)
         if plan.port_window is not None and plan.port_window.moved:
             print(f"ctrain: {plan.port_window.moved}", file=sys.stderr, flush=True)
+        if plan.gpus:
+            _warn_gpu_code(environ)
     proc.exec_replace(command, child_environ(environ, plan))
