@@ -211,6 +211,19 @@ cmd_python() {
     fi
     "${pip[@]}" "$(find "$work" -name 'horovod-*.whl' -print -quit)"
     rm -rf "$work"
+    [ "$FLAVOUR" = cpu ] || cuda_loader_config
+}
+
+# The loader finds every CUDA library of the venv's nvidia-* wheels by name: TensorFlow dlopens
+# them by name, and its run paths name only some (docs/images.md). The image's own loader
+# configuration, not LD_LIBRARY_PATH, which a container runtime may replace (Apptainer's --nv).
+CUDA_LOADER_CONF=/etc/ld.so.conf.d/ctrain-cuda.conf
+cuda_loader_config() {
+    local site
+    site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    find "$site/nvidia" -mindepth 2 -maxdepth 2 -type d -name lib | sort >"$CUDA_LOADER_CONF"
+    ldconfig
+    log "python: $CUDA_LOADER_CONF: $(wc -l <"$CUDA_LOADER_CONF") CUDA library directories"
 }
 
 cmd_ctrain() {
@@ -372,7 +385,13 @@ cmd_verify() {
     done
     [ "${#missing[@]}" -eq 0 ] || die "horovodrun --check-build: not built with ${missing[*]}"
     log "verify: horovodrun --check-build marks ${features[*]}"
-    [ "$FLAVOUR" = cpu ] || gpu_load_proof
+    if [ "$FLAVOUR" = gpu ]; then
+        # Each CUDA library TensorFlow opens, by name, through the loader alone.
+        env -u LD_LIBRARY_PATH "$PY" -m ctrain.train.cudalibs --loader >&2 \
+            || die "the loader does not find every CUDA library TensorFlow opens (above)"
+        log "verify: the loader opens every CUDA library TensorFlow opens, by name"
+        gpu_load_proof
+    fi
     "$CTRAIN_VENV/bin/ctrain" --version >&2
     allreduce_proof
     local name

@@ -26,13 +26,13 @@ from ctrain.launch import mpilibs
 from ctrain.launch.gpus import code_verdict, list_gpus
 from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
 from ctrain.settings import Settings
+from ctrain.train import cudalibs
 from ctrain.util import fs, proc
 
 Status = Literal["PASS", "WARN", "FAIL"]
 PROBE_TIMEOUT = 120.0
 TOOL_TIMEOUT = 30.0
-INSIDE_IMAGE = "run inside the ctrain image"
-INSTALL_FIX = f"`make install`, or {INSIDE_IMAGE}"
+INSTALL_FIX = "`make install`, or run inside the ctrain image"
 
 MATRIX = matrix.load()
 # The distributions whose versions the TensorFlow probe reports, to compare with the matrix.
@@ -372,6 +372,7 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
         ("slurm", lambda: check_slurm(environ)),
         ("gpus", lambda: check_gpus(gpus, environ)),
         ("gpu-code", lambda: Check("gpu-code", *code_verdict(environ))),
+        ("cuda-libs", lambda: Check("cuda-libs", *cudalibs.doctor_row(environ, bool(gpus)))),
         ("tensorflow", lambda: check_tensorflow(environ, gpus)),
         ("horovod", lambda: check_horovod(environ, gpus)),
         ("mpi", lambda: check_mpi(environ)),

@@ -307,3 +307,18 @@ def test_gpu_image_builds_with_nccl_on_a_gpu_less_machine(base: str) -> None:
     proof = docker_run(image, "/opt/ctrain/install.sh", "verify", timeout=600)
     assert proof.returncode == 0, proof.stderr[-4000:]
     assert "load beside TensorFlow's CUDA 12 libraries" in proof.stdout, proof.stdout[-2000:]
+    assert "the loader opens every CUDA library TensorFlow opens" in proof.stderr
+    # The same from a plain process of the image, with a runtime's LD_LIBRARY_PATH over it, and
+    # doctor's line: every library by name through the image's loader configuration alone.
+    opened = docker_run(
+        image, "env", "LD_LIBRARY_PATH=/nonexistent", "python", "-m", "ctrain.train.cudalibs",
+        "--loader",
+    )  # fmt: skip
+    assert opened.returncode == 0, opened.stdout + opened.stderr
+    report = json.loads(opened.stdout)["libraries"]
+    assert {entry["how"] for entry in report} == {"loader"}, report
+    assert "libcusolver.so.11" in {entry["name"] for entry in report}
+    doctor = docker_run(image, "ctrain", "doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["cuda-libs"]["status"] == "PASS", checks["cuda-libs"]
+    assert checks["cuda-libs"]["detail"].startswith("all 12 CUDA libraries TensorFlow opens")

@@ -26,6 +26,7 @@ def test_doctor_json_on_this_machine() -> None:
         "slurm",
         "gpus",
         "gpu-code",
+        "cuda-libs",
         "tensorflow",
         "horovod",
         "mpi",
@@ -42,6 +43,12 @@ def test_doctor_json_on_this_machine() -> None:
         "detail": "no GPU: nothing to check",
         "fix": "",
     }
+
+    # This venv has TensorFlow's CPU install: no CUDA library, and none needed.
+    assert checks["cuda-libs"]["status"] == "PASS", checks["cuda-libs"]
+    assert checks["cuda-libs"]["detail"] == (
+        "none of TensorFlow's 12 CUDA 12 libraries opens here (a CPU install)"
+    )
 
     tensorflow = checks["tensorflow"]
     assert tensorflow["status"] == "PASS", tensorflow

@@ -15,6 +15,7 @@ from ctrain.doctor import Check
 from ctrain.launch.gpus import Gpu, list_gpus, parse_nvidia_smi, visible_gpus
 from ctrain.launch.jobenv import JobEnv
 from ctrain.settings import resolve
+from ctrain.train import cudalibs
 from ctrain.util import proc
 from tests.unit.container.test_podman import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
 
@@ -120,13 +121,26 @@ class FakeRunner:
         timeout: float | None = 60,
     ) -> subprocess.CompletedProcess[str]:
         self.calls.append((list(argv), dict(env or {})))
-        if argv[0] == sys.executable:
+        if argv[0] == sys.executable and argv[1:] == ["-m", cudalibs.__name__]:
+            key = "probe:cuda-libs"
+        elif argv[0] == sys.executable:
             key = "probe:tensorflow" if argv[2] == doctor.TF_PROBE else "probe:horovod"
         else:
             key = " ".join([Path(argv[0]).name, *argv[1:]])
         code, out, err = self.answers.get(key, (127, "", f"{key}: not faked"))
         return subprocess.CompletedProcess(list(argv), code, out, err)
 
+
+# python -m ctrain.train.cudalibs where the loader opens every library
+CUDA_LIBS_STDOUT = json.dumps(
+    {
+        "loader_only": False,
+        "libraries": [
+            {"name": name, "how": "loader", "path": f"/site/nvidia/x/lib/{name}"}
+            for name in cudalibs.CUDA12_LIBRARIES
+        ],
+    }
+)
 
 HEALTHY_TOOLS = {
     "apptainer": "/usr/bin/apptainer",
@@ -144,6 +158,7 @@ HEALTHY_ANSWERS = {
     "mpirun --version": (0, OPEN_MPI, ""),
     "probe:tensorflow": (0, TF_STDOUT, ""),
     "probe:horovod": (0, HOROVOD_STDOUT, ""),
+    "probe:cuda-libs": (0, CUDA_LIBS_STDOUT, ""),
 }
 
 
@@ -425,11 +440,20 @@ def test_a_crash_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proc, "run", boom)
     env = {"HOME": "/nonexistent-home"}
     results = doctor.run_checks(env, resolve({}, env, Path("/nonexistent-cwd")))
-    names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "gpu-code", "tensorflow"]
-    names += ["horovod", "mpi", "mpi-match"]
+    names = ["runtime", "podman", "cache", "tmp", "slurm", "gpus", "gpu-code", "cuda-libs"]
+    names += ["tensorflow", "horovod", "mpi", "mpi-match"]
     assert [r.name for r in results] == names
     crashed = {r.name for r in results if r.detail == "check crashed: RuntimeError: boom"}
-    assert crashed == {"runtime", "podman", "slurm", "gpu-code", "tensorflow", "horovod", "mpi"}
+    assert crashed == {
+        "runtime",
+        "podman",
+        "slurm",
+        "gpu-code",
+        "cuda-libs",
+        "tensorflow",
+        "horovod",
+        "mpi",
+    }
     assert doctor.failed(results)
 
 
