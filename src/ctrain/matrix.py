@@ -51,7 +51,7 @@ class GpuCode:
     sass: tuple[str, ...]  # compute capabilities with machine code
     ptx: str  # the compute capability of its PTX
     driver: str  # the driver its CUDA needs in full (the PTX JIT)
-    newest: str  # the newest compute capability its CUDA's ptxas compiles for
+    newest: str  # the newest compute capability it is reported to run on
     cuda12_driver: str  # the oldest driver that runs CUDA 12 code at all
 
 

@@ -2,8 +2,9 @@
 
 Each GPU's compute capability is held against the GPU code of TensorFlow's wheel (the matrix's
 ``gpu_code``, read from the wheel with cuobjdump): machine code (SASS) for the GPU's major
-generation at or below its minor runs as it is; else the PTX can be compiled for it only by a
-CUDA that knows the GPU and a driver that has that CUDA in full. The driver is held against CUDA
+generation at or below its minor runs as it is; else only the driver's JIT of the PTX can run
+it, which needs a driver that has the wheel's CUDA in full, and which users report failing beyond
+``gpu_code.newest`` (Blackwell under TensorFlow 2.21). The driver is held against CUDA
 12's floor (minor-version compatibility). nvidia-smi's CSV answer comes in as text; nothing here
 runs a process.
 """
@@ -76,8 +77,8 @@ def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode
     if cc > version(code.newest):
         return Verdict(
             "FAIL",
-            f"{said}: TensorFlow {tf} has no code for it ({holds}, and its CUDA {code.cuda} "
-            f"compiles for nothing newer than {code.newest})",
+            f"{said}: TensorFlow {tf} has no code for it ({holds}; users report it failing "
+            f"on anything newer than {code.newest})",
             f"use an image whose TensorFlow was built for compute capability {capability}"
             + (f", such as NVIDIA's {BLACKWELL_IMAGE}" if cc[0] in (10, 12) else ""),
         )
