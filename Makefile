@@ -150,6 +150,9 @@ image:  ## GPU image: SIF (definitions/ctrain-gpu.def) with apptainer, else Dock
 image-cpu:  ## CPU image from the same recipe: SIF with apptainer, else Docker
 	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=cpu
 
+# A SIF is built under a name of its own, beside its place, and renamed there once whole: a build
+# killed midway leaves no truncated SIF for `make push` to send, and a second build replaces the
+# first (apptainer refuses an existing target without --force, and asks on a terminal).
 # The definitions take every pin as a build arg: the matrix's for TF_VERSION and ctrain's version,
 # in build/pins-FLAVOUR-tfTF_VERSION.env (--build-arg-file: Apptainer >= 1.2, SingularityCE >= 4.0),
 # and with BASE_IMAGE (a Docker daemon's image) BOOT=docker-daemon FROM=BASE_IMAGE.
@@ -160,9 +163,10 @@ image-gpu-or-cpu:
 	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$(VERSION); \
 	    $(if $(BASE_IMAGE),printf 'BOOT=docker-daemon\nFROM=%s\n' '$(BASE_IMAGE)';) } \
 	    >$(call build_args,$(IMAGE_FLAVOUR)); \
-	  echo "$(APPTAINER) build --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
-	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) \
-	    $(call sif_file,$(IMAGE_FLAVOUR)) definitions/ctrain-$(IMAGE_FLAVOUR).def; \
+	  echo "$(APPTAINER) build --force --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)).new definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
+	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --force --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) \
+	    $(call sif_file,$(IMAGE_FLAVOUR)).new definitions/ctrain-$(IMAGE_FLAVOUR).def; \
+	  mv -f $(call sif_file,$(IMAGE_FLAVOUR)).new $(call sif_file,$(IMAGE_FLAVOUR)); \
 	else \
 	  scripts/image-build.sh $(IMAGE_FLAVOUR) $(call image_ref,$(IMAGE_FLAVOUR)); \
 	fi
@@ -170,8 +174,9 @@ image-gpu-or-cpu:
 sif:  ## the FLAVOUR Docker image of TF_VERSION as a SIF (apptainer, docker-daemon://): build/ctrain-TAG[-tfVERSION][-cpu].sif
 	@[ -n "$(APPTAINER)" ] || { echo "sif: apptainer not found; build where it is installed, or pull the pushed image with \`ctrain pull\`" >&2; exit 1; }
 	mkdir -p $(SIF_DIR)
-	$(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --build-arg IMAGE=$(call image_ref,$(FLAVOUR)) \
-	  $(call sif_file,$(FLAVOUR)) definitions/from-docker.def
+	$(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --force --build-arg IMAGE=$(call image_ref,$(FLAVOUR)) \
+	  $(call sif_file,$(FLAVOUR)).new definitions/from-docker.def
+	mv -f $(call sif_file,$(FLAVOUR)).new $(call sif_file,$(FLAVOUR))
 
 push:  ## push the FLAVOUR image to REGISTRY: ctrain push (Docker's API), and apptainer push oras:// for its SIF
 	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY=host[:port][/namespace], e.g. make push REGISTRY=127.0.0.1:5000" >&2; exit 1; }
