@@ -196,15 +196,17 @@ install_package() {
 # capability where root lacks some, as in this sandbox) maps root's subordinate ids: root gets a
 # range when it has none (well above the ones useradd hands out).
 ROOT_SUBIDS=1000000-1065535
+# Each file on its own: a root with ids in one file only gets a range in the other alone.
 root_subids() {
-    if ! grep -q '^root:' /etc/subuid 2>/dev/null || ! grep -q '^root:' /etc/subgid 2>/dev/null; then
-        local file
-        for file in /etc/subuid /etc/subgid; do  # usermod refuses the flags without the files
-            [ -e "$file" ] || install -m 0644 /dev/null "$file"
-        done
-        usermod --add-subuids "$ROOT_SUBIDS" --add-subgids "$ROOT_SUBIDS" root
-        log "root's subordinate ids $ROOT_SUBIDS (apptainer build --fakeroot)"
-    fi
+    local file flag
+    for file in /etc/subuid /etc/subgid; do
+        ! grep -q '^root:' "$file" 2>/dev/null || continue
+        [ -e "$file" ] || install -m 0644 /dev/null "$file"  # usermod refuses the flag without it
+        flag=--add-subuids
+        [ "$file" = /etc/subuid ] || flag=--add-subgids
+        usermod "$flag" "$ROOT_SUBIDS" root
+        log "root's subordinate ids $ROOT_SUBIDS in $file (apptainer build --fakeroot)"
+    done
 }
 
 # The wrapper binds every top-level directory of the host onto the root's directory of that name,

@@ -136,11 +136,16 @@ def test_the_services_start_again_from_used_stopped_half_started_and_damaged_sta
     assert "all services up" in out and out.rstrip().endswith("pushed and pulled again"), out
 
 
-# A root half built (a run killed during debootstrap) lies beside the place of the real one.
+# A root half built (a run killed during debootstrap) lies beside the place of the real one, and
+# root has subordinate ids in one of the two files only.
 APPTAINER = """
 mkdir -p /opt/ctrain/apptainer/root.new.killed/usr
+touch /etc/subuid /etc/subgid
+sed -i '/^root:/d' /etc/subgid
+grep -q '^root:' /etc/subuid || echo root:1000000:65536 >>/etc/subuid
 scripts/apptainer.sh
 test ! -e /opt/ctrain/apptainer/root.new.killed
+test "$(grep -c '^root:' /etc/subuid) $(grep -c '^root:' /etc/subgid)" = "1 1"
 apptainer --version
 scripts/apptainer.sh
 """
