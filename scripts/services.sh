@@ -363,8 +363,10 @@ start_slurm() {
         stop_daemon slurmd "/run/slurmd-$HOST.pid"
         stop_daemon slurmctld "$SLURMCTLD_PID"
     fi
-    # Back to one node: the compute hosts an earlier start made go.
-    [ "$NODES" != 0 ] || [ -z "$(cluster_nodes)" ] || cluster_down
+    # Back to one node: whatever an earlier start with compute hosts left goes, the /etc/hosts lines
+    # that give this host the bridge's address included, even where /run forgot the hosts (a
+    # reboot): slurmd cannot bind an address this host no longer has.
+    [ "$NODES" != 0 ] || cluster_down
     start_daemon slurmctld "$SLURMCTLD_PID" "$SLURM_LOGDIR/slurmctld.log" slurmctld
     wait_for "slurmctld to answer scontrol ping" "$SLURM_LOGDIR/slurmctld.log" slurmctld_up
     start_daemon slurmd "$SLURMD_PID" "$SLURMD_LOG" slurmd

@@ -101,12 +101,15 @@ pkill -KILL -x slurmctld; pkill -KILL -x docker-registry
 $s start >/dev/null
 
 echo "== damaged: every daemon killed, pid files and munge's socket left, dockerd's pid file naming
-a live process, the registry's blobs gone and a manifest's link garbled"
+a live process, the registry's blobs gone and a manifest's link garbled, /etc/hosts with the
+lines of compute hosts that are gone (a reboot: /run forgot them)"
 pkill -KILL -x munged; pkill -KILL -x slurmctld; pkill -KILL -x slurmd
 pkill -KILL -x dockerd; pkill -KILL -x docker-registry
 sleep 1
 test -S /run/munge/munge.socket.2
 echo 1 >/run/ctrain-dockerd.pid
+HOST=$(hostname -s) bash -c '. scripts/cluster.sh && hosts_up 2'
+grep -q ' # ctrain-cluster$' /etc/hosts
 rm -rf /var/lib/ctrain-registry/docker/registry/v2/blobs
 for link in "$image"/_manifests/revisions/sha256/*/link; do
     printf 'sha256:garbled' >"$link"
@@ -134,6 +137,7 @@ def test_the_services_start_again_from_used_stopped_half_started_and_damaged_sta
     # and a push puts back what it lacks.
     assert "WARNING: docker-registry garbage-collect failed" in out
     assert "all services up" in out and out.rstrip().endswith("pushed and pulled again"), out
+    assert "cluster: /etc/hosts restored" in out
 
 
 # A root half built (a run killed during debootstrap) lies beside the place of the real one, and
