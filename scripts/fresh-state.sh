@@ -87,6 +87,12 @@ main() {
     fi
     [ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
     [ "$(id -u)" -eq 0 ] || die "must run as root (it mounts overlays). Fix: sudo $0 $*"
+    local dir
+    for dir in "${EMPTY[@]}"; do
+        case "$HERE/" in "$dir"/*)
+            die "this checkout is under $dir, which the sandbox replaces with an empty directory. Fix: clone it elsewhere (git clone . /srv/ctrain)" ;;
+        esac
+    done
     local state paths network=${FRESH_STATE_NETWORK:-sandbox} rc=0
     local namespaces=(--mount --propagation private --pid --uts --ipc --fork --mount-proc --kill-child)
     case "$network" in
