@@ -337,17 +337,17 @@ def probe(version: str, **dists: str) -> tuple[int, str, str]:
 def test_the_versions_are_compared_with_the_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row of the matrix passes, CUDA wheels and all; anything else warns with the fix."""
     runner_ = fake(monkeypatch)
-    gpu = {"nvidia_cuda_runtime_cu12": "12.5.82", "nvidia_cudnn_cu12": "9.3.0.75"}
+    gpu = {"nvidia_cuda_runtime_cu12": "12.9.79", "nvidia_cudnn_cu12": "9.24.0.43"}
     runner_.answers["probe:tensorflow"] = probe(
         "2.21.0", tf_keras="2.21.0", keras="3.15.1", horovod="0.28.1", **gpu,
-        nvidia_nccl_cu12="2.27.7",
+        nvidia_nccl_cu12="2.30.7",
     )  # fmt: skip
     check = doctor.check_tensorflow({}, None)
     assert check == Check(
         "tensorflow",
         "PASS",
-        "2.21.0, tf_keras 2.21.0, keras 3.15.1, horovod 0.28.1, CUDA 12.5.82, cuDNN 9.3.0.75, "
-        "NCCL 2.27.7; 0 GPU(s) seen",
+        "2.21.0, tf_keras 2.21.0, keras 3.15.1, horovod 0.28.1, CUDA 12.9.79, cuDNN 9.24.0.43, "
+        "NCCL 2.30.7; 0 GPU(s) seen",
     )
     runner_.answers["probe:tensorflow"] = probe(
         "2.21.0", tf_keras="2.18.0", horovod="0.28.1", **gpu, nvidia_nccl_cu12="2.21.5"
@@ -355,7 +355,7 @@ def test_the_versions_are_compared_with_the_matrix(monkeypatch: pytest.MonkeyPat
     check = doctor.check_tensorflow({}, None)
     assert check.status == "WARN"
     assert check.detail.endswith(
-        "; tf-keras 2.18.0 (matrix: 2.21.0), nvidia-nccl-cu12 2.21.5 (matrix: 2.27.7)"
+        "; tf-keras 2.18.0 (matrix: 2.21.0), nvidia-nccl-cu12 2.21.5 (matrix: 2.30.7)"
     )
     assert check.fix.startswith("TF_VERSION=2.21.0 make install (src/ctrain/matrix.toml), or ")
     runner_.answers["probe:tensorflow"] = probe("2.17.0", tf_keras="2.17.0")

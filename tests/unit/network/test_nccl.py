@@ -1,6 +1,6 @@
-"""NCCL's NCCL_DEBUG=INFO lines, parsed per process: lines composed here in the shapes of the NCCL
-releases the GPU image ships (2.21.5 and 2.27.7; src/ctrain/network/nccl.py names the source
-files), with invented hosts, pids and addresses."""
+"""NCCL's NCCL_DEBUG=INFO lines, parsed per process: lines composed here in the shapes of NCCL
+2.21.5 and 2.27.7 (src/ctrain/network/nccl.py names the source files), with invented hosts, pids
+and addresses."""
 
 from __future__ import annotations
 
