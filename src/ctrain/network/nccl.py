@@ -1,18 +1,23 @@
 """NCCL's ``NCCL_DEBUG=INFO`` output, parsed per process: version, network, transport per rank.
 
-The line shapes are those of the NCCL releases the GPU image ships (matrix.toml's
-nvidia-nccl-cu12 2.21.5 and 2.27.7; read in NVIDIA/nccl at tags v2.21.5-1 and v2.27.7-1):
+The line shapes are those of the NCCL releases the GPU images ship (matrix.toml's
+nvidia-nccl-cu12 2.21.5, and 2.30.7 for TensorFlow 2.21 since 2.27.7; read in NVIDIA/nccl at tags
+v2.21.5-1, v2.27.7-1 and v2.30.7-1):
 
 - prefix (src/debug.cc): ``HOST:PID:TID [CUDADEV] NCCL INFO `` then the message, WARN lines
-  ``HOST:PID:TID [CUDADEV] FILE:LINE NCCL WARN ``; 2.27 may put a timestamp before it
+  ``HOST:PID:TID [CUDADEV] FILE:LINE NCCL WARN ``, and in 2.30 ``... FILE:LINE (FUNCTION) NCCL
+  WARN `` for NCCL's own warnings; 2.27 and later may put a timestamp before it
   (NCCL_DEBUG_TIMESTAMP_LEVELS), and srun/mpirun may add their own label: the prefix is
   searched for, not anchored;
 - ``NCCL version X.Y.Z+cudaA.B`` (src/init.cc), ``Using network NAME`` (src/init.cc; NAME
   ``IB``, ``Socket`` or a plugin's name), ``comm PTR rank R nRanks N nNodes M ...``;
 - ``NET/IB : Using [0]mlx5_0:1/IB ...; OOB ...`` or ``NET/IB : No device found.``
-  (src/transport/net_ib.cc), ``NET/Socket : Using [0]eth0:ADDR`` (net_socket.cc),
-  ``Failed to open libibverbs.so[.1]`` (src/misc/ibvsymbols.cc), ``NET/Plugin...`` and
-  ``... NET plugin NAME`` (src/net.cc in 2.21, src/plugin/net.cc in 2.27);
+  (src/transport/net_ib.cc; in 2.30 src/transport/net_ib/init.cc, where a device may carry its
+  rail and plane: ``[1]mlx5_1:1:3/RoCE``, ``[2]mlx5_2:1::1/IB``), ``NET/Socket : Using
+  [0]eth0:ADDR`` (net_socket.cc), libibverbs not loadable (src/misc/ibvsymbols.cc: ``Failed to
+  open libibverbs.so[.1]`` before 2.30; in 2.30 ``Count not open LIB`` for each library tried,
+  ``libibverbs.so.1`` last), ``NET/Plugin...`` and ``... NET plugin NAME``, ``... external
+  [network] plugin NAME`` (src/net.cc in 2.21, src/plugin/net.cc in 2.27 and 2.30);
 - channels: ``Channel CC/C : R[D] -> P[D] [send] via NET/IB/0/GDRDMA`` (transport/net.cc),
   ``... via P2P/IPC``, ``P2P/CUMEM/read``, ``P2P/direct pointer`` (p2p.cc),
   ``Channel CC : R[D] -> P[D] via SHM/direct/direct`` (shm.cc), ``CollNet ... via COLLNET/``.
@@ -27,16 +32,18 @@ from typing import NamedTuple
 
 _PREFIX = re.compile(
     r"(?P<host>[A-Za-z0-9_.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<info>NCCL INFO)|\S+ NCCL WARN) (?P<msg>.*?)\s*$"
+    r"(?:(?P<info>NCCL INFO)|\S+(?: \([^)]*\))? NCCL WARN) (?P<msg>.*?)\s*$"
 )
 _VERSION = re.compile(r"^NCCL version (\S+)")
 _NETWORK = re.compile(r"^Using network (.+)$")
 _COMM = re.compile(r"^comm \S+ rank (\d+) nRanks (\d+) nNodes (\d+)")
 _IB_USING = re.compile(r"^NET/IB ?: Using(.*)$")
-_IB_DEVICE = re.compile(r"\[\d+\] ?([\w.-]+:\d+/\w+)")
+_IB_DEVICE = re.compile(r"\[\d+\] ?([\w.-]+:\d+(?::\d*(?::\d+)?)?/\w+)")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: Using(.*)$")
 _SOCKET_IF = re.compile(r"\[\d+\]([^:\s]+):")
-_PLUGIN = re.compile(r"NET/Plugin|NET plugin|external plugin")
+_PLUGIN = re.compile(r"NET/Plugin|NET plugin|external (?:network )?plugin")
+# libibverbs could not be opened: every library NCCL tried failed (2.30 tries libibverbs.so.1 last).
+_NO_VERBS = re.compile(r"^(?:Failed to open libibverbs|Count not open libibverbs\.so\.1$)")
 _CHANNEL = re.compile(
     r"^(?:Channel|CollNet) \d+(?:/\d+)? : \d+(?:\[\d+\])?(?: -> \d+\[\d+\])?"
     r"(?: \[(?:send|receive)\])? via (?P<via>.+)$"
@@ -86,7 +93,7 @@ class RankReport(NamedTuple):
     network: str  # "IB", "Socket", a plugin's name; "" when not seen
     ib_devices: tuple[str, ...]  # NCCL's list: "mlx5_0:1/IB", "mlx5_1:1/RoCE"
     ib_none: bool  # "NET/IB : No device found."
-    no_verbs: bool  # "Failed to open libibverbs.so[.1]"
+    no_verbs: bool  # "Failed to open libibverbs.so[.1]", 2.30: "Count not open libibverbs.so.1"
     sockets: tuple[str, ...]  # NET/Socket's interfaces
     plugins: tuple[str, ...]  # the NET/Plugin lines, as said
     transports: tuple[str, ...]  # the kinds its channels use, sorted: NET/IB, P2P/IPC, SHM...
@@ -174,7 +181,7 @@ def _take(seen: _Seen, msg: str) -> None:
         seen.ib_none = True
     elif found := _SOCKET_USING.match(msg):
         seen.sockets.extend(_SOCKET_IF.findall(found.group(1)))
-    elif msg.startswith("Failed to open libibverbs"):
+    elif _NO_VERBS.match(msg):
         seen.no_verbs = True
     elif _PLUGIN.search(msg):
         seen.plugins.append(msg)

@@ -1,6 +1,6 @@
 """NCCL's NCCL_DEBUG=INFO lines, parsed per process: lines composed here in the shapes of NCCL
-2.21.5 and 2.27.7 (src/ctrain/network/nccl.py names the source files), with invented hosts, pids
-and addresses."""
+2.21.5, 2.27.7 and 2.30.7 (src/ctrain/network/nccl.py names the source files), with invented
+hosts, pids and addresses."""
 
 from __future__ import annotations
 
@@ -191,3 +191,38 @@ def test_processes_sort_by_rank() -> None:
 )
 def test_transport_kind(via: str, kind: str) -> None:
     assert nccl.transport_kind(via) == kind
+
+
+# 2.30.7 (TensorFlow 2.21's image): NCCL's own warnings name their function, libibverbs is tried
+# library by library ("Count not open", NCCL's spelling), devices may carry a rail and a plane,
+# and an external plugin is an "external network plugin".
+IB_2_30 = info(
+    "gpu-c01:700:701 [0]",
+    "NCCL version 2.30.7+cuda12.9",
+    "Count not open libibverbs.so",
+    "Successfully loaded external network plugin libnccl-net-ofi.so",
+    "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1:3/RoCE [2]mlx5_2:1::1/IB [RO]; OOB ib0:10.9.0.1<0>",
+    "comm 0x5555 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+) + (
+    "gpu-c01:700:702 [0] transport/net_ib/connect.cc:412 (ncclIbConnect) NCCL WARN "
+    "NET/IB : ibv_modify_qp failed with 110 Connection timed out\n"
+)
+NO_VERBS_2_30 = info(
+    "gpu-c02:800:801 [0]",
+    "NCCL version 2.30.7+cuda12.9",
+    "Count not open libibverbs.so",
+    "Count not open libibverbs.so.1",
+    "NET/Socket : Using [0]eth0:10.9.0.2<0>",
+    "Using network Socket",
+)
+
+
+def test_the_lines_of_nccl_2_30() -> None:
+    (report,) = nccl.parse_log(IB_2_30.splitlines())
+    assert report.version == "2.30.7+cuda12.9"
+    assert report.ib_devices == ("mlx5_0:1/IB", "mlx5_1:1:3/RoCE", "mlx5_2:1::1/IB")
+    assert report.plugins == ("Successfully loaded external network plugin libnccl-net-ofi.so",)
+    assert report.warnings == ("NET/IB : ibv_modify_qp failed with 110 Connection timed out",)
+    assert not report.no_verbs  # libibverbs.so failed, libibverbs.so.1 opened
+    (fallback,) = nccl.parse_log(NO_VERBS_2_30.splitlines())
+    assert fallback.no_verbs and fallback.sockets == ("eth0",)
