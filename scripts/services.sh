@@ -8,9 +8,11 @@
 #
 # Disk: every test run pushes new layers and SIFs under the same tags and builds images again, so
 # start also takes back what earlier runs left: the registry is garbage-collected (manifests no tag
-# names, and their blobs) before it starts, and dockerd's BuildKit keeps at most
-# CTRAIN_BUILD_CACHE (default 20GB) of build cache, least recently used first. It ends with the
-# free space where tests write, and a warning under CTRAIN_SERVICES_MIN_FREE_GIB (default 15).
+# names, and their blobs) before it starts, dockerd's BuildKit keeps at most CTRAIN_BUILD_CACHE
+# (default 20GB) of build cache, least recently used first, and images no tag names are removed
+# from docker's and podman's stores; where less than CTRAIN_SERVICES_MIN_FREE_GIB (default 15) is
+# free after that, BuildKit's cache goes too. It ends with the free space where tests write, and a
+# warning under CTRAIN_SERVICES_MIN_FREE_GIB.
 #
 # Usage: scripts/services.sh start|stop|status|paths
 #   start   starts whatever is not running (safe to repeat), then verifies every service:
@@ -611,6 +613,30 @@ cmd_paths() {
     cluster_paths
 }
 
+# free_gib DIR: GiB free on DIR's filesystem
+free_gib() { df -P -BG "$1" | awk 'NR == 2 { sub(/G$/, "", $4); print $4 }'; }
+
+# Take back what earlier runs left in the engines' stores: images no tag names (the earlier build
+# of a tag that was built again: the GPU image alone is 9 GB) that no container uses, in docker's
+# store and podman's. Tagged images, containers and volumes are never touched. Where the disk is
+# still short of CTRAIN_SERVICES_MIN_FREE_GIB, BuildKit's whole cache goes too: the next image
+# build is cold (minutes), where a full disk fails every test that writes.
+reclaim_disk() {
+    local before
+    before=$(free_gib /var/lib/docker)
+    docker image prune --force >/dev/null
+    if command -v podman >/dev/null; then
+        podman image prune --force >/dev/null
+    fi
+    if [ "$(free_gib /var/lib/docker)" -lt "$MIN_FREE_GIB" ]; then
+        log "disk: under $MIN_FREE_GIB GiB free; removing BuildKit's cache (the next image build is cold)"
+        # (a client without the buildx plugin says on stderr that its legacy builder is deprecated)
+        docker builder prune --all --force >/dev/null 2>&1 \
+            || echo "services: WARNING: docker builder prune failed. Fix: docker builder prune --all" >&2
+    fi
+    log "disk: images no tag names removed: $before GiB free before, $(free_gib /var/lib/docker) GiB after"
+}
+
 # Free space where the tests write (temporary files, images, the registry): one line each, and a
 # warning where it is short, so that a run that fills the disk says so before it starts.
 report_disk() {
@@ -619,7 +645,8 @@ report_disk() {
         dev=$(stat -c %d "$dir")  # a bind mount of the same filesystem has the same device
         case "$seen" in *" $dev "*) continue ;; esac
         seen="$seen$dev "
-        read -r mount free < <(df -P -BG "$dir" | awk 'NR == 2 { sub(/G$/, "", $4); print $6, $4 }')
+        mount=$(df -P "$dir" | awk 'NR == 2 { print $6 }')
+        free=$(free_gib "$dir")
         log "disk: $free GiB free on $mount (for $dir)"
         if [ "$free" -lt "$MIN_FREE_GIB" ]; then
             echo "services: WARNING: $mount has $free GiB free, under $MIN_FREE_GIB GiB: image builds, SIFs and the tests may fill it. Fix: free space there (docker builder prune; old SIFs in build/)" >&2
@@ -637,6 +664,7 @@ cmd_start() {
     start_docker
     start_registry
     configure_podman
+    reclaim_disk
     report_disk
     log "all services up ($((SECONDS - t0)) s)"
 }

@@ -35,6 +35,19 @@ dest=${2:-build/wheelhouse}
 python=${PYTHON:-python3}
 case "$part" in cpu | gpu | ctrain) ;; *) echo "wheelhouse: $part? expected cpu, gpu or ctrain" >&2; exit 2 ;; esac
 
+# link_cached DIR CACHE: each wheel in DIR that CACHE holds byte for byte becomes a hard link to
+# CACHE's (pip wheel copies: without this every checkout would hold its own 5 GB of wheels). Where
+# the two are on different filesystems the copy stays.
+link_cached() {
+    local file kept
+    for file in "$1"/*.whl; do
+        kept=$2/${file##*/}
+        if [ -f "$kept" ] && cmp -s "$file" "$kept"; then
+            ln -f "$kept" "$file" 2>/dev/null || true
+        fi
+    done
+}
+
 abi=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 [ "$abi" = cp311 ] || {
     echo "wheelhouse: $python is $abi; the image's Python is Debian 12's 3.11 (cp311). Fix: PYTHON=python3.11" >&2
@@ -116,6 +129,7 @@ if [ "$part" != ctrain ]; then
             -r "$out/requirements.txt" -c "$out/constraints.txt" 2>/dev/null; then
         echo "wheelhouse: $name: taken offline from $cached" >&2
         gathered=1
+        link_cached "$out" "$cached"
     fi
     if [ "$gathered" = 0 ]; then
         find "$out" -mindepth 1 ! -name requirements.txt ! -name constraints.txt -delete
