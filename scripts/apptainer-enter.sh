@@ -41,6 +41,10 @@ say() { echo "apptainer (ctrain wrapper): $*" >&2; }
 # site keeps them), and below /var the two a job uses: /var/tmp, and /var/spool (slurmd's, where
 # `srun --mpi=pmix` puts the PMIx server's directory that ctrain binds into the container).
 VAR_DIRS="/var/tmp /var/spool"
+# Below /usr, the host's Python packages (Debian's, and pip's for the whole system): a ctrain
+# installed there carries itself and click from there into the container (ctrain exec binds
+# them), so the host's paths must be the same inside. The root's own apptainer needs no Python.
+PYTHON_DIRS="/usr/lib/python3/dist-packages /usr/local/lib/python3*/dist-packages"
 # Files bound over the root's own: the host's users (subuid/subgid: --fakeroot) and names.
 HOST_FILES="/etc/passwd /etc/group /etc/subuid /etc/subgid /etc/hosts /etc/resolv.conf"
 # Top-level directories of the root itself, never bound over (the host's /usr/bin over the root's
@@ -83,6 +87,9 @@ cwd=$PWD
 /usr/bin/mount --rbind "$ROOT" "$ROOT"
 bind_top_level
 for d in $VAR_DIRS; do bind "$d"; done
+set +f
+for d in $PYTHON_DIRS; do [ ! -d "$d" ] || bind "$d"; done
+set -f
 for f in $HOST_FILES; do bind "$f"; done
 /usr/sbin/pivot_root "$ROOT" "$ROOT/.oldroot"
 /usr/bin/umount -l /.oldroot

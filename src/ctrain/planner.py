@@ -9,13 +9,16 @@ pull; ``run`` pulls, plans again (now on the file), takes the overlay lock, then
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
+import ctrain
 from ctrain import releases
+from ctrain.container import carry
 from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_invocation
 from ctrain.container.spec import Action
 from ctrain.images import resolve
@@ -51,7 +54,10 @@ def plan(
         nv=s.nv,
         binds=bind_flags,
         overlay=s.overlay or None,
-        env_pairs=env_pairs,
+        env_pairs=(
+            *env_pairs,
+            *((f"CTRAIN_IMAGE_PYTHON={s.image_python}",) if s.image_python else ()),
+        ),
         env_files=(s.env_file,) if s.env_file else (),
         cwd=os.getcwd(),
         workdir=s.cwd or None,
@@ -59,6 +65,7 @@ def plan(
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
         fuse=os.access(FUSE_DEVICE, os.R_OK | os.W_OK),
+        carried=carried_launcher(),
     )
     gpus = GpuEnv.from_environ(environ).visible
 
@@ -78,6 +85,13 @@ def plan(
         version_of=lambda program: releases.installed_version(program, environ),
     )
     return Planned(invocation, choice)
+
+
+def carried_launcher() -> carry.Carried:
+    """This ctrain and its command line's own dependency, as installed here."""
+    spec = importlib.util.find_spec("click")
+    deps = [("click", spec.origin)] if spec is not None and spec.origin else []
+    return carry.of_modules(ctrain.__file__, deps)
 
 
 def _hold_overlay_lock(invocation: Invocation, s: Settings, environ: Mapping[str, str]) -> None:

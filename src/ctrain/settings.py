@@ -96,7 +96,20 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting("overlay", None, "overlay image FILE[:ro] (apptainer, singularity)", _text),
     Setting("env_file", None, "file of NAME=VALUE lines for the container", _text),
     Setting("cwd", None, "working directory in the container (default: where ctrain runs)", _text),
-    Setting("launch", True, "run the command through the image's ctrain launch", _flag),
+    Setting(
+        "launch",
+        True,
+        "run the command through ctrain launch (apptainer, singularity, docker, podman: the "
+        "host's, carried into the image; charliecloud, pyxis: the image's own)",
+        _flag,
+    ),
+    Setting(
+        "image_python",
+        None,
+        "the image's Python that runs the carried ctrain launch (default: the command's own "
+        "interpreter, else python3 on the image's PATH)",
+        _text,
+    ),
     Setting("dry_run", False, "print the command and its environment, run nothing", _flag),
     Setting("show_secrets", False, "print secret-looking values (*KEY*, *TOKEN*, ...)", _flag),
     Setting("min_free_gb", 20, "free space needed before a pull or build, in GiB", _positive_int),
@@ -214,6 +227,7 @@ class Settings(NamedTuple):
     env_file: str | None
     cwd: str | None
     launch: bool
+    image_python: str | None
     dry_run: bool
     show_secrets: bool
     min_free_gb: int

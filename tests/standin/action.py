@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,19 +44,36 @@ def parse_binds(specs: list[str], cwd: Path) -> list[dict[str, object]]:
     return binds
 
 
-def mount_script(binds: list[dict[str, object]]) -> list[str]:
+def mount_script(binds: list[dict[str, object]], scratch: str) -> list[str]:
     """Real bind mounts for the binds a host process cannot see (destination differs, or
-    read-only), to run inside ``unshare --mount``; refused loudly where that cannot be done."""
+    read-only), to run inside ``unshare --mount``; refused loudly where that cannot be done.
+
+    A destination the host lacks is made as Apptainer's underlay makes it in an image: the
+    nearest directory above it that exists gets an overlay whose upper layer is a tmpfs mounted
+    on ``scratch`` in the namespace (so nothing is written to the host), and the destination is
+    made in it. Not under / itself: the stand-in refuses a destination whose first directory the
+    host lacks."""
     needed = [b for b in binds if b["dst"] != b["src"] or b["readonly"]]
     if not needed:
         return []
     if os.geteuid() != 0:
         raise Fatal(f"stand-in: binds {needed} need a mount namespace, which needs root")
-    lines = []
+    lines = [f"/usr/bin/mount -t tmpfs tmpfs {shlex.quote(scratch)} || exit 255"]
+    layered: list[str] = []
     for bind in needed:
         src, dst = str(bind["src"]), str(bind["dst"])
         if not Path(dst).exists():
-            raise Fatal(f"stand-in: bind destination {dst} does not exist on this host")
+            anchor = next(p for p in Path(dst).parents if p.is_dir())
+            if anchor == Path("/"):  # a mount on / is not seen by the process whose root it is
+                raise Fatal(f"stand-in: bind destination {dst} does not exist on this host")
+            if str(anchor) not in layered:
+                top = f"{scratch}/{len(layered)}"
+                opts = f"lowerdir={anchor},upperdir={top}/up,workdir={top}/work"
+                lines.append(f"mkdir -p {top}/up {top}/work || exit 255")
+                lines.append(f"/usr/bin/mount -t overlay overlay -o {shlex.quote(opts)} "
+                             f"{shlex.quote(str(anchor))} || exit 255")  # fmt: skip
+                layered.append(str(anchor))
+            lines.append(f"mkdir -p {shlex.quote(dst)} || exit 255")
         lines.append(f"/usr/bin/mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 255")
         if bind["readonly"]:
             lines.append(f"/usr/bin/mount -o remount,bind,ro {shlex.quote(dst)} || exit 255")
@@ -120,13 +138,17 @@ def action(verb: str, args: list[str], environ: dict[str, str], who: Identity, c
     container.update(command=command, cwd=cwd, binds=binds, overlays=overlays, nv=nv)
     held = lock_overlays(overlays)
     base, script = start_script(who, environ, flags, metadata, rest[0])
-    mounts = mount_script(binds)
+    scratch = tempfile.mkdtemp(prefix="standin-underlay-")  # a mount point, left empty
+    mounts = mount_script(binds, scratch)
     argv = ["/bin/sh", "-c", script, "sh", *command]
     if mounts:
         wrapper = "\n".join([*mounts, 'exec /bin/sh -c "$0" "$@"'])
         argv = ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", wrapper,
                 script, "sh", *command]  # fmt: skip
-    status = run(argv, base, cwd, container, call)
+    try:
+        status = run(argv, base, cwd, container, call)
+    finally:
+        os.rmdir(scratch)
     for fd in held:
         os.close(fd)
     return status

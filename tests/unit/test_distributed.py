@@ -63,9 +63,9 @@ def test_only_the_chief_gets_the_checkpoint_path(tmp_path: Path) -> None:
 
 def test_horovod_mode_refused_when_horovod_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(LaunchError, match="Horovod is not importable") as caught:
+    with pytest.raises(LaunchError, match="Horovod mode, but .* has no Horovod") as caught:
         start.prepare(LaunchOptions(mode="horovod"), {})
-    assert "make install" in caught.value.fix
+    assert "--mode multiworker" in caught.value.fix and "NGC" in caught.value.fix
 
 
 def test_profile_from_the_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -311,7 +311,8 @@ def test_binds_comma_lists_relative_sources_and_missing_sources(box: Sandbox) ->
 @pytest.mark.skipif(os.geteuid() != 0, reason="real bind mounts need root")
 def test_binds_the_host_cannot_see_are_real_mounts(box: Sandbox) -> None:
     """exec: -B "If dst is missing, it equals src ... opts are ro, rw": a destination that
-    differs, or :ro, is mounted for real in a private mount namespace."""
+    differs, or :ro, is mounted for real in a private mount namespace. A destination the host
+    lacks is made there as Apptainer's underlay makes it in an image, and is gone after."""
     (box.root / "data").mkdir()
     (box.root / "data" / "f").write_text("content")
     (box.root / "mnt").mkdir()
@@ -320,8 +321,13 @@ def test_binds_the_host_cannot_see_are_real_mounts(box: Sandbox) -> None:
                      "sh", "-c", script)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "content read-only\n" and not (box.root / "mnt" / "f").exists()
+    made = apptainer(box, "exec", "-B", f"{box.root}/data:/opt/no/such/dst:ro", "img.sif",
+                     "cat", "/opt/no/such/dst/f")  # fmt: skip
+    assert made.returncode == 0 and made.stdout == "content", made.stderr
+    assert not Path("/opt/no").exists()
     nowhere = apptainer(box, "exec", "-B", f"{box.root}/data:/no/such/dst", "img.sif", "true")
     assert nowhere.returncode == 255 and "/no/such/dst" in nowhere.stderr
+    assert not Path("/no").exists()
 
 
 def test_run_and_shell(box: Sandbox) -> None:

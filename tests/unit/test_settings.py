@@ -192,7 +192,8 @@ def test_malformed_config_is_one_line_on_stderr(
 
 KNOWN = (
     "mode, collective, collective_timeout, port_base, runtime, image, cache_dir, "
-    "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, dry_run, show_secrets, "
+    "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, image_python, dry_run, "
+    "show_secrets, "
     "min_free_gb, build_tmpdir, progress, keep_proxies, quiet, keras, tune, skip_mpi_check, "
     "profile, profile_dir, profile_ranks, data_dir, "
     "doctor_network, check_network, "

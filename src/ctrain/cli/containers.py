@@ -92,6 +92,7 @@ def _run(
     is_flag=True,
     help="Run CMD as given, not through ctrain launch. [env CTRAIN_LAUNCH=0]",
 )
+@setting_option("image_python", metavar="PATH")
 def exec_(
     image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
 ) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ctrain.container import carry
 from ctrain.container.spec import (
     Action,
     Bind,
@@ -109,6 +110,7 @@ class Request:
     user: tuple[int, int] | None = None
     tty: bool = False
     python: str = "python3"  # the interpreter that runs ctrain on the host runtime
+    carried: carry.Carried | None = None  # the launcher carried into the image, where it can be
     fuse: bool = True  # the caller may open /dev/fuse
 
 
@@ -167,7 +169,19 @@ def _command(request: Request, runtime: Runtime) -> tuple[str, ...]:
         return request.command
     if runtime.name == HOST:
         return (request.python, "-m", "ctrain", "launch", "--", *request.command)
+    if _carries(request, runtime):
+        return carry.command(request.command)
     return ("ctrain", "launch", "--", *request.command)
+
+
+def _carries(request: Request, runtime: Runtime) -> bool:
+    """The launcher is carried into the container for this exec."""
+    return (
+        request.carried is not None
+        and request.action == "exec"
+        and request.launch
+        and runtime.name in carry.RUNTIMES
+    )
 
 
 def plan_invocation(
@@ -182,6 +196,9 @@ def plan_invocation(
     """The exact command and environment for one exec, run or shell, checked before launch."""
     runtime, program = choose_runtime(request.runtime, which)
     binds = tuple(parse_bind(text) for text in (*extra_binds, *request.binds))
+    carried = request.carried if _carries(request, runtime) else None
+    if carried is not None:
+        binds = (*binds, *carry.binds(carried))
     tmpdir = job_tmpdir(environ) if runtime.name != HOST else None
     if tmpdir is not None and not any(bind.dst == tmpdir for bind in binds):
         binds = (Bind(tmpdir, tmpdir), *binds)
@@ -215,4 +232,6 @@ def plan_invocation(
     argv = runtime.argv(spec, program)
     env = runtime.process_env(spec, environ)
     notes, carriers = tuple(runtime.notes(spec)), frozenset(runtime.process_env(spec, {}))
+    if carried is not None:
+        notes += (carry.note(carried),)
     return Invocation(runtime.name, argv, env, added, spec, notes=notes, carriers=carriers)

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ctrain.errors import ConfigError
+from ctrain.errors import ConfigError, SpecError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import CACHED_RUNTIMES, PYXIS, is_remote
+from ctrain.names import CACHED_RUNTIMES, PYXIS, SIF_RUNTIMES, is_remote
 from ctrain.settings import Settings
 
 if TYPE_CHECKING:
@@ -77,6 +77,19 @@ class ImageChoice:
         return store_of(self.pull.runtime).pull_env(self.pull, self.cache, self.tmpdir)
 
 
+FILE_SUFFIXES = (".sif", ".simg", ".img", ".sqsh", ".squashfs")
+
+
+def names_a_file(image: str, runtime: str) -> bool:
+    """A local ``image`` is a file or directory: always on apptainer and singularity, and on any
+    runtime when written as a path (``/``, ``./``, ``../``) or with an image file's suffix."""
+    return (
+        runtime in SIF_RUNTIMES
+        or image.startswith(("/", "./", "../"))
+        or image.endswith(FILE_SUFFIXES)
+    )
+
+
 def choose(
     image: str,
     runtime: str,
@@ -84,8 +97,15 @@ def choose(
     s: Settings,
     environ: Mapping[str, str],
 ) -> ImageChoice:
-    """The image ``runtime`` runs for ``image``, and the pull to run first if any."""
+    """The image ``runtime`` runs for ``image``, and the pull to run first if any. A local image
+    file that is not there is refused here, where it is first named (``ctrain resolve`` in a
+    job's batch step), not on every rank."""
     remote = is_remote(image, "exec")
+    if not remote and names_a_file(image, runtime) and not os.path.exists(image):
+        raise SpecError(
+            f"image {image!r} does not exist",
+            "check the path, or pull it there first: ctrain pull -o PATH REF",
+        )
     if runtime == PYXIS and not remote:  # a file, or one pyxis imports on each node
         from ctrain.references import enroot_image
 

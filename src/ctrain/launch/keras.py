@@ -4,6 +4,7 @@ scripts which never call ctrain get (train/startup/sitecustomize.py). Pure."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Mapping, Sequence
 
 from ctrain.names import AUTO, KERAS_2, Mode
@@ -16,6 +17,12 @@ STARTUP_HOOK = "train/startup"  # package data: sitecustomize of Keras 3 multiwo
 def script_of(command: Sequence[str]) -> str | None:
     """The training script of a command: its first argument ending in ``.py``."""
     return next((arg for arg in command if arg.endswith(".py")), None)
+
+
+def runs_python(command: Sequence[str]) -> bool:
+    """The command's program is a Python interpreter (``python``, ``python3``, ``python3.12``, by
+    name or path): the rule of the carried launcher's boot.sh, which runs on that interpreter."""
+    return re.fullmatch(r"python(3(\.[0-9]{1,2})?)?", command[0].rsplit("/", 1)[-1]) is not None
 
 
 def imports_keras(source: str) -> bool:
@@ -46,7 +53,8 @@ def legacy_keras(choice: str, script_imports_keras: bool, exported: str | None) 
     """Whether the script runs on tf-keras (TF_USE_LEGACY_KERAS=1) rather than Keras 3.
 
     CTRAIN_KERAS=2 or 3 decides. With auto, an exported TF_USE_LEGACY_KERAS is kept (read as
-    TensorFlow reads it); else Keras 3 exactly when the script imports keras itself.
+    TensorFlow reads it); else Keras 3 exactly when the script imports keras itself, or (as
+    ``launch.start`` passes it) the interpreter has no tf-keras.
     """
     if choice != AUTO:
         return choice == KERAS_2

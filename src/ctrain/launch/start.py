@@ -16,22 +16,47 @@ from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import code_verdict, visible_gpus
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.keras import imports_keras, script_of
+from ctrain.launch.keras import imports_keras, runs_python, script_of
 from ctrain.launch.mpicheck import Verdict
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
-from ctrain.names import ENV_LAUNCH_COLLECTIVE_TIMEOUT, Mode
+from ctrain.names import ENV_CARRIED, ENV_LAUNCH_COLLECTIVE_TIMEOUT, KERAS_2, Mode
 from ctrain.util import proc
 from ctrain.util.secrets import masked
 
 
+def _has(module: str) -> bool:
+    """``module`` is importable by this interpreter (found, not imported)."""
+    return importlib.util.find_spec(module) is not None
+
+
 def _check_horovod() -> None:
-    if importlib.util.find_spec("horovod") is None:
+    if not _has("horovod"):
         raise LaunchError(
-            "--mode horovod but Horovod is not importable here",
-            "use an image with Horovod, or `make install` (builds it against TensorFlow)",
+            f"Horovod mode, but {sys.executable} has no Horovod",
+            "run TensorFlow's own collectives (--mode multiworker under srun), or use an image "
+            "with Horovod (ctrain's; NGC's nvcr.io/nvidia/tensorflow:25.02-tf2-py3)",
+        )
+
+
+def _check_image(
+    command: Sequence[str], options: LaunchOptions, environ: Mapping[str, str]
+) -> None:
+    """What the image's interpreter must hold, refused before the command starts: TensorFlow,
+    where the launcher was carried into an image (boot.sh sets ENV_CARRIED) to run a Python
+    command on this interpreter; tf-keras, where Keras 2 is asked for."""
+    if environ.get(ENV_CARRIED) and command and runs_python(command) and not _has("tensorflow"):
+        raise LaunchError(
+            f"{environ[ENV_CARRIED]} has no TensorFlow",
+            "use an image with TensorFlow, or name the interpreter of an environment that has "
+            "it (an overlay's): ctrain exec --image-python /ext3/env/bin/python ...",
+        )
+    if options.keras == KERAS_2 and not _has("tf_keras"):
+        raise LaunchError(
+            f"--keras 2 (tf-keras), but {sys.executable} has no tf-keras",
+            "use Keras 3 (--keras 3, or auto), or install tf-keras into the image's environment",
         )
 
 
@@ -100,13 +125,14 @@ def prepare(
     """The plan for this process, from its real environment and the command it will run."""
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
-    keras3 = script_imports_keras(command)
+    _check_image(command, options, environ)
+    keras3 = script_imports_keras(command) or not _has("tf_keras")  # Keras 3: TensorFlow's own
     plan = make_plan(
         job, options, environ, gpus, keras3, this_cpus(), this_process(), this_ephemeral()
     )
-    mpilibs.enforce(mpi_verdict(plan, options, environ), plan.place.rank)
     if plan.mode is Mode.HOROVOD:
         _check_horovod()
+    mpilibs.enforce(mpi_verdict(plan, options, environ), plan.place.rank)
     return plan
 
 

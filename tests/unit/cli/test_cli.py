@@ -273,7 +273,8 @@ def test_exec_of_a_local_image_imports_one_adapter_and_no_pull(
     modules = ctrain_modules_after(args, box.env)
     adapters = [m for m in modules if m.startswith("ctrain.container.")]
     assert sorted(adapters) == sorted(
-        ["ctrain.container.runtimes", "ctrain.container.spec"] + [f"ctrain.container.{runtime}"]
+        ["ctrain.container.carry", "ctrain.container.runtimes", "ctrain.container.spec"]
+        + [f"ctrain.container.{runtime}"]
     )
     assert [m for m in modules if m.startswith("ctrain.images.")] == ["ctrain.images.resolve"]
 

@@ -15,8 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
+import ctrain as ctrain_package
 from tests import fake_apptainer
 from tests.helpers import run_ctrain
 
@@ -84,9 +86,13 @@ def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: 
         "--nv",
         "--bind",
         f"{tmp_path / 'data'}:{mnt}:ro",
+        "--bind",
+        f"{Path(ctrain_package.__file__).parent}:/opt/ctrain-carried/api/ctrain:ro",
+        "--bind",
+        f"{Path(click.__file__).parent}:/opt/ctrain-carried/lib/click:ro",
         str(tmp_path / "img.sif"),
-        "ctrain",
-        "launch",
+        "/bin/sh",
+        "/opt/ctrain-carried/api/ctrain/container/boot.sh",
         "--",
         "sh",
         "-c",
@@ -155,7 +161,7 @@ def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -
     )
     assert done.returncode == 0
     first = done.stdout.splitlines()[0]
-    assert first.endswith("ctrain launch -- echo 'a b'")
+    assert first.endswith("/bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh -- echo 'a b'")
     assert "  env SLURM_JOB_ID=7" in done.stdout.splitlines()
     assert not ran(fake)
 

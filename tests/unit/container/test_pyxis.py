@@ -137,6 +137,7 @@ def test_exec_dry_run_names_the_import_first(tmp_path: Path) -> None:
         f"then {target} is run in its place"
     ) in done.stdout.splitlines()
     assert f"  pull env ENROOT_CACHE_PATH={tmp_path}/cache/enroot/cache" in done.stdout
+    (tmp_path / "x.sqsh").write_bytes(b"")
     for given in ("127.0.0.1:5000#lab/ctrain:1", str(tmp_path / "x.sqsh")):  # as they are
         shown = run_ctrain("resolve", "--runtime", "pyxis", given, env=env)
         assert shown.returncode == 0 and shown.stdout == given + "\n", shown.stderr

@@ -165,10 +165,40 @@ def test_resolve_offline_and_not_pulled_says_to_pull_on_a_login_node(fake: Env) 
 
 @pytest.mark.parametrize(
     ("runtime", "image"),
-    [("host", REF), ("docker", REF), ("apptainer", "/some/where.sif")],
+    [("host", REF), ("docker", REF), ("docker", "ctrain:1-cpu"), ("apptainer", "IMG")],
 )
 def test_resolve_prints_other_images_as_given(fake: Env, runtime: str, image: str) -> None:
     fake.box.add_program("docker", "#!/bin/sh\nexit 99\n")  # found, never run
+    if image == "IMG":
+        image = str(fake.tmp / "where.sif")
+        Path(image).write_bytes(b"")
     done = fake.ctrain("resolve", image, CTRAIN_RUNTIME=runtime)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{image}\n" and fake.verbs() == []
+
+
+@pytest.mark.parametrize(
+    ("runtime", "image"),
+    [
+        ("apptainer", "./missing.sif"),
+        ("apptainer", "missing"),  # apptainer runs only files and directories
+        ("singularity", "/no/such/dir/train.sif"),
+        ("docker", "./missing.sif"),
+        ("charliecloud", "../images/missing"),
+        ("pyxis", "missing.sqsh"),
+    ],
+)
+def test_a_local_image_that_is_not_there_is_refused_where_it_is_named(
+    fake: Env, runtime: str, image: str
+) -> None:
+    for program in ("docker", "ch-run", "srun", "singularity"):
+        fake.box.add_program(program, "#!/bin/sh\nexit 99\n")  # found, never run
+    for verb in ("resolve", "exec"):
+        args = [verb, image] if verb == "resolve" else [verb, image, "--", "true"]
+        done = fake.ctrain(*args, CTRAIN_RUNTIME=runtime)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert done.stderr == (
+            f"ctrain: error: image {image!r} does not exist Fix: check the path, or pull it "
+            "there first: ctrain pull -o PATH REF\n"
+        )
+    assert fake.verbs() == []

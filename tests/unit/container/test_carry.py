@@ -1,0 +1,269 @@
+"""The launcher carried into the container (container/carry.py, container/boot.sh): which execs
+carry it and how, the boot script's choice of interpreter and its refusals (run here by the
+system's /bin/sh, dash, as a container runs it with no bash), and what the carried launcher
+checks of the interpreter before the command starts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctrain.container import carry
+from ctrain.container.runtimes import Request, plan_invocation
+from ctrain.container.spec import Bind
+from ctrain.errors import LaunchError
+from ctrain.launch import start
+from ctrain.launch.keras import runs_python
+from ctrain.launch.plan import LaunchOptions
+from ctrain.releases import parse_version
+
+BOOT = Path(carry.__file__).parent / "boot.sh"
+CARRIED = carry.Carried("/host/site/ctrain", (("click", "/host/site/click"),))
+
+
+def test_the_binds_and_the_command() -> None:
+    assert carry.binds(CARRIED) == (
+        Bind("/host/site/ctrain", "/opt/ctrain-carried/api/ctrain", "ro"),
+        Bind("/host/site/click", "/opt/ctrain-carried/lib/click", "ro"),
+    )
+    assert carry.command(["python", "t.py"]) == (
+        "/bin/sh",
+        "/opt/ctrain-carried/api/ctrain/container/boot.sh",
+        "--",
+        "python",
+        "t.py",
+    )
+    assert carry.BOOT.relative_to(carry.API / "ctrain").as_posix() == "container/boot.sh"
+    assert BOOT.is_file()
+    made = carry.of_modules("/x/ctrain/__init__.py", [("click", "/y/click/__init__.py")])
+    assert made == carry.Carried("/x/ctrain", (("click", "/y/click"),))
+
+
+# runtime, action, launch -> carried
+CARRIES = [
+    ("apptainer", "exec", True, True),
+    ("singularity", "exec", True, True),
+    ("docker", "exec", True, True),
+    ("podman", "exec", True, True),
+    ("apptainer", "exec", False, False),  # --no-launch: the command as given
+    ("docker", "run", True, False),  # the image's runscript or entrypoint
+    ("charliecloud", "exec", True, False),  # the image's own ctrain launch
+    ("host", "exec", True, False),  # this interpreter's ctrain
+]
+
+
+@pytest.mark.parametrize(("runtime", "action", "launch", "carried"), CARRIES)
+def test_which_execs_carry_the_launcher(
+    runtime: str, action: str, launch: bool, carried: bool, tmp_path: Path
+) -> None:
+    image = tmp_path / "img.sif"
+    image.mkdir() if runtime == "charliecloud" else image.write_bytes(b"")
+    for src in (CARRIED.package, *(d for _, d in CARRIED.deps)):
+        (tmp_path / src.lstrip("/")).mkdir(parents=True)
+    here = carry.Carried(
+        str(tmp_path / "host/site/ctrain"), (("click", str(tmp_path / "host/site/click")),)
+    )
+    request = Request(
+        runtime,
+        action,  # type: ignore[arg-type]
+        "" if runtime == "host" else str(image),
+        ("python", "t.py"),
+        launch=launch,
+        carried=here,
+    )
+    got = plan_invocation(
+        request,
+        {"USER": "someone"},  # ch-run wants it
+        lambda name: f"/usr/bin/{name}",
+        None,
+        version_of=lambda p: parse_version("apptainer version 1.4.5", p),
+    )
+    joined = " ".join(got.argv)
+    assert ("/opt/ctrain-carried/api/ctrain" in joined) is carried, got.argv
+    assert (str(carry.BOOT) in got.argv) is carried
+    assert any(n.startswith("launcher: ctrain from ") for n in got.notes) is carried
+    if carried:
+        # docker and podman: --entrypoint /bin/sh IMAGE BOOT ...
+        assert got.argv[-4:] == [str(carry.BOOT), "--", "python", "t.py"] and "/bin/sh" in got.argv
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("python", True),
+        ("python3", True),
+        ("python3.12", True),
+        ("/opt/conda/bin/python", True),
+        ("/usr/bin/python3.9", True),
+        ("python2", False),
+        ("python3-config", False),
+        ("ipython", False),
+        ("bash", False),
+        ("mypython", False),
+    ],
+)
+def test_a_command_that_runs_python(command: str, expected: bool) -> None:
+    assert runs_python([command, "train.py"]) is expected
+
+
+# ---- boot.sh ---------------------------------------------------------------------------------
+
+
+def boot(tmp_path: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path)}
+    return subprocess.run(
+        ["/bin/sh", str(BOOT), "--", *command],
+        env={**base, **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def fake_python(tmp_path: Path, name: str, answer: str) -> Path:
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    path = tmp_path / "bin" / name
+    path.write_text(f"#!/bin/sh\necho {answer}\n")
+    path.chmod(0o755)
+    return path
+
+
+def one_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2 and done.stdout == "", done
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith("ctrain: error: ") and " Fix: " in line, line
+    return line
+
+
+def test_no_python_on_the_path(tmp_path: Path) -> None:
+    line = one_error(boot(tmp_path, "sh", "-c", "echo ran"))
+    assert f"the image has no Python (no python3 or python on its PATH, {tmp_path}/bin)" in line
+    assert "--image-python" in line
+
+
+def test_the_commands_interpreter_missing(tmp_path: Path) -> None:
+    line = one_error(boot(tmp_path, "python3.12", "t.py"))
+    assert "python3.12 (the command's interpreter) is not in the image" in line
+
+
+@pytest.mark.parametrize("version", ["3.8", "3.9", "2.7"])
+def test_an_old_python_is_refused_by_name_and_version(tmp_path: Path, version: str) -> None:
+    python = fake_python(tmp_path, "python3", version)
+    line = one_error(boot(tmp_path, "sh", "-c", "echo ran"))
+    assert (
+        f"{python} (the first of python3, python on the image's PATH) is Python {version}" in line
+    )
+    assert "needs Python 3.10 or newer" in line
+
+
+def test_a_named_interpreter_that_is_not_a_program(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("")
+    line = one_error(
+        boot(tmp_path, "sh", "-c", "true", CTRAIN_IMAGE_PYTHON=str(tmp_path / "notes.txt"))
+    )
+    assert "(CTRAIN_IMAGE_PYTHON) is not an executable file in the image" in line
+    broken = fake_python(tmp_path, "python", "x; exit 1")
+    line = one_error(boot(tmp_path, "sh", "-c", "true", CTRAIN_IMAGE_PYTHON=str(broken)))
+    assert "does not run as a Python in the image" in line
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.13", "3.21"])
+def test_newer_pythons_pass_the_version_gate(tmp_path: Path, version: str) -> None:
+    """Past the gate the boot script execs the launcher with it: the fake answers the version
+    question, then fails the launch, which shows it was run."""
+    python = fake_python(tmp_path, "python3", version)
+    done = boot(tmp_path, "sh", "-c", "true")
+    assert done.returncode == 0 and done.stdout == f"{version}\n", done  # the exec'd fake's echo
+    assert python.exists()
+
+
+def test_the_launcher_runs_on_the_named_interpreter_and_the_command_sees_it_first(
+    tmp_path: Path,
+) -> None:
+    """Here the 'image' is this machine: the launcher is this venv's ctrain (the carried
+    directories are absent), exec'ing a shell that prints what it got."""
+    show = 'echo "$PATH"; echo "$PYTHONPATH"; echo "$CTRAIN_CARRIED"'
+    done = boot(
+        tmp_path,
+        "sh",
+        "-c",
+        show,
+        CTRAIN_IMAGE_PYTHON=sys.executable,
+        CTRAIN_QUIET="1",
+        PATH="/bin",
+    )
+    assert done.returncode == 0, done.stderr
+    path, pythonpath, carried = done.stdout.splitlines()
+    assert path.split(":")[0] == os.path.dirname(sys.executable)
+    assert pythonpath.split(":")[0] == "/opt/ctrain-carried/api"
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert carried == f"{sys.executable} (Python {version}, CTRAIN_IMAGE_PYTHON)"
+
+
+def test_the_commands_own_interpreter_runs_the_launcher(tmp_path: Path) -> None:
+    show = "import os, sys; print(os.environ['CTRAIN_CARRIED']); print(sys.executable)"
+    done = boot(tmp_path, sys.executable, "-c", show, CTRAIN_QUIET="1")
+    assert done.returncode == 0, done.stderr
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert done.stdout.splitlines() == [
+        f"{sys.executable} (Python {version}, the command's interpreter)",
+        sys.executable,
+    ]
+
+
+def test_boot_wants_its_double_dash_and_a_command(tmp_path: Path) -> None:
+    bare = subprocess.run(
+        ["/bin/sh", str(BOOT)], capture_output=True, text=True, timeout=60, env={"PATH": "/bin"}
+    )
+    assert "expected -- COMMAND" in one_error(bare)
+    assert "no command given" in one_error(boot(tmp_path))
+
+
+# ---- what the carried launcher checks of the interpreter ---------------------------------------
+
+
+def missing(*names: str) -> object:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str) -> object:
+        return None if name in names else real(name)
+
+    return find_spec
+
+
+CARRIED_ENV = {"CTRAIN_CARRIED": "/usr/bin/python3 (Python 3.11, the command's interpreter)"}
+
+
+def test_a_carried_launch_of_python_without_tensorflow_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", missing("tensorflow"))
+    with pytest.raises(LaunchError) as caught:
+        start.prepare(LaunchOptions(), CARRIED_ENV, ["python3", "train.py"])
+    assert str(caught.value) == (
+        "/usr/bin/python3 (Python 3.11, the command's interpreter) has no TensorFlow"
+    )
+    assert "--image-python" in caught.value.fix
+    # a shell may set up an environment first; ctrain's own image or the host is not judged
+    start.prepare(LaunchOptions(), CARRIED_ENV, ["bash", "-c", "source /ext3/env.sh; python t.py"])
+    start.prepare(LaunchOptions(), {}, ["python3", "train.py"])
+
+
+def test_keras_follows_what_the_interpreter_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without tf-keras, auto is Keras 3 (TensorFlow's own; TF_USE_LEGACY_KERAS=1 would fail
+    its import) and an explicit Keras 2 is refused; with it, auto stays tf-keras."""
+    assert (
+        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "1"
+    )
+    monkeypatch.setattr(importlib.util, "find_spec", missing("tf_keras"))
+    assert (
+        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "0"
+    )
+    with pytest.raises(LaunchError, match=r"--keras 2 \(tf-keras\), but .* has no tf-keras"):
+        start.prepare(LaunchOptions(keras="2"), {}, ["python", "t.py"])
