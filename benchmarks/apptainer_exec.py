@@ -2,7 +2,9 @@
 goes: `python -c pass` (the interpreter), `python -c "import click"` (the floor of any Click
 program), `ctrain --version` (that and ctrain's root command), `ctrain exec --dry-run` (ctrain's
 whole part: its imports and the plan, no container) and `apptainer --version` (the probe ctrain
-makes once per apptainer file, then reads from its cache).
+makes once per apptainer file, then reads from its cache). On the full image, the launcher
+carried into the container (container/carry.py: binds, a shell that asks the interpreter its
+version, then `ctrain launch` from the host's copy) against the image's own `ctrain launch`.
 
     .venv/bin/python benchmarks/apptainer_exec.py [--reps 15] [--sif IMAGE.sif]
                                                   (in `make bench`: section apptainer)
@@ -39,11 +41,13 @@ CTRAIN_TRUE = "ctrain exec --no-launch IMG -- true"
 APPTAINER_FULL_TRUE = "apptainer exec FULL true"
 CTRAIN_FULL_TRUE = "ctrain exec --no-launch FULL -- true"
 APPTAINER_PY = "apptainer exec FULL python3 -c pass"
-CTRAIN_PY = "ctrain exec FULL -- python3 -c pass (ctrain launch inside)"
+CTRAIN_PY = "ctrain exec FULL -- python3 -c pass (the carried ctrain launch inside)"
+IMAGE_PY = "ctrain exec --no-launch FULL -- ctrain launch -- python3 -c pass (the image's own)"
 RATIOS = (
     (CTRAIN_TRUE, APPTAINER_TRUE),
     (CTRAIN_FULL_TRUE, APPTAINER_FULL_TRUE),
     (CTRAIN_PY, APPTAINER_PY),
+    (CTRAIN_PY, IMAGE_PY),
 )
 
 
@@ -91,6 +95,8 @@ def commands(apptainer: str, tiny: Path, full: Path | None) -> dict[str, list[st
         found[CTRAIN_FULL_TRUE] = [*exec_, "--no-launch", str(full), "--", "true"]
         found[APPTAINER_PY] = [apptainer, "exec", str(full), "python3", "-c", "pass"]
         found[CTRAIN_PY] = [*exec_, str(full), "--", "python3", "-c", "pass"]
+        found[IMAGE_PY] = [*exec_, "--no-launch", str(full), "--", "ctrain", "launch", "--"]
+        found[IMAGE_PY] += ["python3", "-c", "pass"]
     return found
 
 

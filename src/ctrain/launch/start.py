@@ -50,8 +50,9 @@ def _check_image(
     if environ.get(ENV_CARRIED) and command and runs_python(command) and not _has("tensorflow"):
         raise LaunchError(
             f"{environ[ENV_CARRIED]} has no TensorFlow",
-            "use an image with TensorFlow, or name the interpreter of an environment that has "
-            "it (an overlay's): ctrain exec --image-python /ext3/env/bin/python ...",
+            "use an image with TensorFlow, name the interpreter of an environment that has it "
+            "(an overlay's: ctrain exec --image-python /ext3/env/bin/python), or run a script "
+            "that needs none as it is: ctrain exec --no-launch",
         )
     if options.keras == KERAS_2 and not _has("tf_keras"):
         raise LaunchError(
