@@ -24,7 +24,10 @@ from ctrain.names import Mode
 
 RECORD = "CTRAIN_IMAGE_MPI"
 DPKG_STATUS = "var/lib/dpkg/status"
-LIBRARY_DIRS = ("usr/lib/*-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib", "opt/*/lib")
+# Where images keep them: the distribution's directories, a build's own prefix under /usr/local
+# or /opt (NGC's images build Open MPI into /usr/local/mpi, HPC-X into /opt/hpcx/ompi)
+LIBRARY_DIRS = ("usr/lib/*-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib", "usr/local/*/lib",
+                "opt/*/lib", "opt/*/*/lib")  # fmt: skip
 # libtool's "age" in libmpi.so.40.AGE.REV and libpmix.so.2.AGE.REV, by release series (each
 # project's VERSION file, per release tag); an age between two rows is the older series.
 OPENMPI_AGES = ((0, "3.0"), (10, "3.1"), (20, "4.0"), (30, "4.1"), (40, "5.0"))

@@ -87,6 +87,16 @@ def test_the_first_source_that_names_any_wins(tmp_path: Path) -> None:
     assert mpilibs.image_mpi({}, tmp_path / "empty") == ImageMpi(None, None, "nothing")
 
 
+@pytest.mark.parametrize("prefix", ["usr/local/mpi/lib", "opt/hpcx/ompi/lib", "opt/openmpi/lib"])
+def test_an_mpi_built_into_its_own_prefix_is_found(tmp_path: Path, prefix: str) -> None:
+    """No package manager installed it (NGC's images: /usr/local/mpi; HPC-X: /opt/hpcx/ompi)."""
+    libs = tmp_path / prefix
+    libs.mkdir(parents=True)
+    for name in ("libmpi.so.40.30.5", "libpmix.so.2.6.2"):
+        (libs / name).touch()
+    assert mpilibs.image_mpi({}, tmp_path) == ImageMpi("4.1", "4.2", "libraries")
+
+
 def test_ld_library_path_is_searched(tmp_path: Path) -> None:
     (tmp_path / "libpmix.so.2.13.3").touch()
     found = mpilibs.image_mpi({"LD_LIBRARY_PATH": f"{tmp_path}:"}, tmp_path / "root")
