@@ -309,12 +309,16 @@ LOWERED = (9000, 65000)  # a site's range over ctrain's default ports 20000-3199
 
 @pytest.mark.timeout(2 * STEP_TIMEOUT)
 def test_ports_keep_clear_of_an_ephemeral_range_lowered_over_them(cluster_tmp: Path) -> None:
-    argv = [*SRUN, "-w", ",".join(TWO_HOSTS), "-N", "2", "-n", "2", "--kill-on-bad-exit=1"]
+    argv = [*SRUN, "-w", ",".join(TWO_HOSTS), "-N", "2", "-n", "2"]
     with ephemeral_range(*LOWERED):
         done = run(
-            [*argv, CTRAIN, "launch", "--", *probe(cluster_tmp)], cluster_env(), STEP_TIMEOUT
+            [*argv, "--kill-on-bad-exit=1", CTRAIN, "launch", "--", *probe(cluster_tmp)],
+            cluster_env(),
+            STEP_TIMEOUT,
         )
-        # A base the user chose is refused on every rank, before the script starts.
+        # A base the user chose is refused on every rank, before the script starts (each rank
+        # ends on its own: with --kill-on-bad-exit the first to refuse could kill the other
+        # before it says so).
         refused = subprocess.run(
             [*argv, CTRAIN, "launch", "--", *probe(cluster_tmp / "refused")],
             env=cluster_env(CTRAIN_PORT_BASE="20000"),
