@@ -80,7 +80,7 @@ exec "$python" -c '
 import sys
 if sys.path and sys.path[0] == "":
     del sys.path[0]
-sys.path.insert(0, "/opt/ctrain-carried/lib")
+sys.path.insert(0, sys.argv.pop(1))
 from ctrain.cli import main
 main(prog_name="ctrain")
-' launch -- "$@"
+' "$carried/lib" launch -- "$@"

@@ -34,7 +34,6 @@ BOOT = API / "ctrain" / "container" / "boot.sh"
 # Charliecloud (no read-only binds, and a destination must exist in the image) and pyxis (the
 # container starts in srun, not here) run the image's own `ctrain launch`.
 RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)
-OLDEST_PYTHON = (3, 10)  # pyproject.toml's requires-python
 
 
 @dataclass(frozen=True)
