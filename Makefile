@@ -32,6 +32,8 @@ $(VENV_MADE):
 
 install: $(VENV_MADE)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the matrix's default) and its tf-keras, and Horovod (wheel cached)
 	$(MATRIX) constraints $(TF_VERSION) cpu >$(VENV)/ctrain-constraints.txt
+	@# A venv made when the distribution was named ctrain holds it beside ctrain-hpc: one owner.
+	$(VPY) -m pip uninstall --quiet --quiet --yes ctrain
 	$(VPY) -m pip install --quiet -c $(VENV)/ctrain-constraints.txt -e '.[train,dev]'
 	$(VPY) -m pip install --quiet cloudpickle psutil pyyaml packaging
 	wheel=$$(scripts/horovod-wheel.sh $(VPY)) && \

@@ -231,7 +231,7 @@ cmd_ctrain() {
     [ -x "$PY" ] || die "no venv at $CTRAIN_VENV. Fix: install.sh python first"
     log "ctrain $CTRAIN_VERSION from $CTRAIN_WHEELS"
     "$PY" -m pip install --no-index --no-cache-dir --find-links "$CTRAIN_WHEELS" \
-        --find-links "$WHEELHOUSE" "ctrain==$CTRAIN_VERSION"
+        --find-links "$WHEELHOUSE" "ctrain-hpc==$CTRAIN_VERSION"
     ln -sf "$CTRAIN_VENV/bin/ctrain" /usr/local/bin/ctrain
 }
 
@@ -362,7 +362,7 @@ cmd_verify() {
     check_equal tf-keras "$KERAS_VERSION" "$(version tf-keras)"
     check_equal tensorflow-datasets "$TFDS_VERSION" "$(version tensorflow-datasets)"
     check_equal horovod "$HOROVOD_VERSION" "$(version horovod)"
-    check_equal ctrain "$CTRAIN_VERSION" "$(version ctrain)"
+    check_equal ctrain "$CTRAIN_VERSION" "$(version ctrain-hpc)"
     local ompi
     ompi=$(dpkg-query -W -f='${Version}' openmpi-bin)
     check_equal OpenMPI "$OPENMPI_VERSION" "${ompi%%-*}"

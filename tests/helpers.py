@@ -26,7 +26,13 @@ import pytest
 
 import ctrain
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 REPO = Path(__file__).resolve().parent.parent  # the checkout
+PYPROJECT: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 DOCS_REFERENCE = REPO / "scripts" / "docs-reference.py"
 BIN = Path(sys.executable).parent
 CTRAIN = str(BIN / "ctrain")

@@ -62,7 +62,7 @@ def manifest_layers(ref: str) -> int:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A fresh local image of four layers (three of new random bytes), labelled."""
     need(registry_up(), f"no registry at {REGISTRY} (make services)")
-    need(sdk_installed(), "the Docker SDK is not installed (make install: ctrain[docker])")
+    need(sdk_installed(), "the Docker SDK is not installed (make install: ctrain-hpc[docker])")
     base = busybox_base()
     context = tmp_path_factory.mktemp("context")
     for name, mib in (("a", 3), ("b", 2), ("c", 1)):

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
 PIP = "/opt/ctrain/venv/bin/python -m pip uninstall --yes --quiet"
 FOREIGN_HVD = f"""FROM {{base}}
-RUN {PIP} ctrain && ! test -e /opt/ctrain/venv/bin/ctrain
+RUN {PIP} ctrain-hpc && ! test -e /opt/ctrain/venv/bin/ctrain
 ENTRYPOINT []
 CMD ["python3"]
 """

@@ -40,7 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     t0 = time.monotonic()
     _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)])
     print(f"pip wheel: {time.monotonic() - t0:.0f} s")
-    (found,) = out.glob("ctrain-*.whl")
+    (found,) = out.glob("ctrain_hpc-*.whl")
     return found
 
 

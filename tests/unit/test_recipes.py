@@ -10,7 +10,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,12 @@ from spython.main.parse.parsers import SingularityParser
 
 from ctrain import __version__, matrix
 from tests import fake_apptainer
-from tests.helpers import REPO, Sandbox, need, sandbox
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from tests.helpers import PYPROJECT, REPO, Sandbox, need, sandbox
 
 DOCKERFILE = REPO / "Dockerfile.gpu"
 INSTALL = REPO / "docker" / "install.sh"
 DEFS = REPO / "definitions"
 ROWS = matrix.load()
-PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # The build args of both recipes: the matrix's pins and ctrain's version (ctrain.__version__).
 BUILD_ARGS = {*matrix.PIN_NAMES, "CTRAIN_VERSION"}
 RECIPES = [

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ctrain import __version__, matrix
-from tests.helpers import REPO
+from tests.helpers import PYPROJECT, REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
 CONFIG = REPO / ".github" / "actionlint.yaml"
@@ -178,3 +178,21 @@ def test_the_digests_step_records_the_oci_and_sif_digests(tmp_path: Path) -> Non
         f"- OCI docker://ghcr.io/ctrain/ctrain:0.1.0-gpu@{digest}",
         f"- SIF oras://ghcr.io/ctrain/ctrain:0.1.0-gpu-sif, file sha256:{sif_sum}",
     ]
+
+
+def test_the_wheel_goes_to_pypi_by_trusted_publishing_under_the_projects_name() -> None:
+    """The pypi job publishes the wheel job's artifact with PyPI's action and an OIDC token (no
+    stored password), after the images, into the environment whose URL names pyproject's
+    distribution; README's install line installs that same name."""
+    job = workflow()["jobs"]["pypi"]
+    assert set(job["needs"]) == {"images", "wheel"}
+    assert job["permissions"] == {"id-token": "write"}
+    name = PYPROJECT["name"]
+    assert name != "ctrain"  # PyPI's `ctrain` is another project (CTRAIN, certified training)
+    assert job["environment"] == {"name": "pypi", "url": f"https://pypi.org/p/{name}"}
+    download, publish = job["steps"]
+    assert download["with"]["name"] == "python-dist"
+    assert publish["uses"].startswith("pypa/gh-action-pypi-publish@")
+    assert "with" not in publish, "trusted publishing takes no password or token"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"/bin/pip install {name}\n" in readme

@@ -87,7 +87,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     renamed; apptainer's own temporary files go to --tmpdir, node-local by default. A sidecar
     TARGET.json records the reference, digest, time and ctrain version; pulling an up-to-date
     target downloads nothing. Concurrent pulls of one target wait for each other. Docker
-    pulls through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`) and shows
+    pulls through the engine's API (the Docker SDK, `pip install 'ctrain-hpc[docker]'`) and shows
     its layers' progress: a bar on a terminal, one line per finished layer otherwise;
     apptainer's own output is passed through (--progress off: neither).
     """
@@ -313,7 +313,7 @@ def push(image: str, target: str | None, if_present: bool, **flags: str | None) 
     """Push IMAGE from docker's store to its registry; with TARGET (REGISTRY/NAME:TAG), tag
     IMAGE as TARGET first and push that.
 
-    Through the engine's API (the Docker SDK, `pip install 'ctrain[docker]'`), with each
+    Through the engine's API (the Docker SDK, `pip install 'ctrain-hpc[docker]'`), with each
     layer's progress: a bar on a terminal, one line per finished layer otherwise. Prints the
     digest the registry gave it. Docker only (with podman: podman push).
     """

@@ -1,5 +1,5 @@
 """The Docker engine's API through the Docker SDK for Python (``docker`` on PyPI, the optional
-extra ``ctrain[docker]``): pull, push, inspect and tag, the image work that is a request and
+extra ``ctrain-hpc[docker]``): pull, push, inspect and tag, the image work that is a request and
 an answer rather than a process to replace (``ctrain exec`` keeps exec-ing the docker CLI),
 and the export of an image's filesystem that a Charliecloud pull unpacks.
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 TIMEOUT = 600  # seconds without a byte from the engine before a request fails
 SDK_FIX = (
-    "install the Docker SDK for Python: pip install 'ctrain[docker]' (or pip install docker); "
+    "install the Docker SDK for Python: pip install 'ctrain-hpc[docker]' (or pip install docker); "
     "podman and apptainer need no SDK"
 )
 

@@ -20,6 +20,6 @@ def shipped_dir(name: str) -> Path:
     if not isinstance(found, Path) or not found.is_dir():
         raise CtrainError(
             f"ctrain's {name}/ is not installed beside its code ({found})",
-            "reinstall ctrain (pip install --force-reinstall ctrain, or make install)",
+            "reinstall ctrain (pip install --force-reinstall ctrain-hpc, or make install)",
         )
     return found

@@ -149,7 +149,7 @@ def test_a_missing_sdk_is_an_error_with_the_install_line(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "docker", None)  # import docker raises ImportError
     with pytest.raises(ExternalToolError) as caught:
         docker_api.connect({})
-    assert "pip install 'ctrain[docker]'" in caught.value.fix
+    assert "pip install 'ctrain-hpc[docker]'" in caught.value.fix
 
 
 @pytest.mark.parametrize(
