@@ -30,11 +30,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REPO
+from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
 from tests.users import TEST_USER
 
-from .images import busybox_base, ci_cpu_image
+from .images import DEFAULT, busybox_base, ci_cpu_image
 from .jobs import SCRIPTS, clean_env, reports, run
+from .podman import podman, present
+from .test_jobs_real import log, render, submit, wait_done
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -195,6 +197,37 @@ def test_no_python_at_all_names_what_was_looked_for(work: Path) -> None:
     assert "ran" not in done.stdout
 
 
+# ---- Podman ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def foreign_tf_in_podman(foreign_tf: str) -> Iterator[str]:
+    """FOREIGN_TF in podman's store, pulled by ctrain from the local registry (its layers below
+    the last are the CPU image's, which the registry mostly holds already)."""
+    ref = f"{REGISTRY}/{foreign_tf}"
+    for argv in (["docker", "tag", foreign_tf, ref], ["docker", "push", ref]):
+        subprocess.run(argv, capture_output=True, timeout=900, check=True)
+    done = run_ctrain("pull", "--runtime", "podman", ref, env=clean_env(), timeout=900)
+    assert done.returncode == 0, done.stderr
+    try:
+        yield ref
+    finally:
+        if present(ref):
+            podman("rmi", ref, check=False)
+
+
+@pytest.mark.podman
+@pytest.mark.slurm
+def test_two_ranks_of_multiworker_through_podman(foreign_tf_in_podman: str, work: Path) -> None:
+    run(
+        ["srun", "-n", "2", "-t", "5", "--kill-on-bad-exit=1",
+         *ctrain_exec("podman", foreign_tf_in_podman, "python", "train_tiny.py", "out", "2")],
+        clean_env(), timeout=300, cwd=work,
+    )  # fmt: skip
+    found = same_weights(work / "out", 2)
+    assert {r["mode"] for r in found} == {"multiworker"}
+
+
 # ---- Apptainer -------------------------------------------------------------------------------
 
 
@@ -249,3 +282,99 @@ def test_a_plain_user_runs_a_foreign_sif(
         assert (work / "out" / "rank0.json").stat().st_uid == test_user.pw_uid
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.apptainer
+@pytest.mark.horovod
+@pytest.mark.mpi
+@pytest.mark.slurm
+def test_a_rendered_horovod_mpirun_job_trains_in_a_foreign_sif(
+    foreign_sif: Path, work: Path, jobs_to_cancel: list[str]
+) -> None:
+    """`ctrain job render --image FOREIGN.sif` under sbatch, unchanged: the host's mpirun starts
+    one `ctrain exec` per rank, each carries the launcher into the SIF."""
+    script = render(
+        "horovod-mpirun", ["python", "train_tiny.py", "out", "2"], runtime="apptainer",
+        image=str(foreign_sif), job_name="foreign",
+    )  # fmt: skip
+    job = submit(script, work, jobs_to_cancel)
+    record = wait_done(job, work)
+    assert record["JobState"] == "COMPLETED" and record["ExitCode"] == "0:0", log(work)
+    found = same_weights(work / "out", 2)
+    assert {r["mode"] for r in found} == {"horovod"}
+
+
+# ---- the site's workflow: a SIF with Python, TensorFlow in an ext3 overlay -------------------
+
+ENV_SH = "export PATH=/ext3/env/bin:$PATH\n"  # what a site's /ext3/env.sh does, in one line
+
+
+@pytest.fixture(scope="module")
+def base_sif(foreign_sif: Path) -> Iterator[Path]:
+    """FOREIGN_HVD without its venv: Debian's Python 3.11 and Open MPI, no TensorFlow (like a
+    site's CUDA + Python SIF)."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
+        tree, sif = Path(directory) / "tree", Path(directory) / "base.sif"
+        build = ["apptainer", "build", "--force"]
+        subprocess.run([*build, "--sandbox", str(tree), str(foreign_sif)],
+                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+        shutil.rmtree(tree / "opt" / "ctrain" / "venv")
+        env = tree / ".singularity.d" / "env" / "10-docker2singularity.sh"
+        env.write_text(env.read_text().replace("/opt/ctrain/venv/bin:", ""))
+        subprocess.run([*build, "--mksquashfs-args", "-comp lz4", str(sif), str(tree)],
+                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+        yield sif
+
+
+@pytest.fixture(scope="module")
+def overlay(base_sif: Path) -> Iterator[Path]:
+    """An ext3 overlay made by `ctrain overlay create`, TensorFlow installed into a venv in it
+    from the wheelhouse (as a user installs it from an index), and /ext3/env.sh."""
+    wheels = REPO / "build" / "wheelhouse" / f"cpu-tf{DEFAULT}"
+    assert (wheels / "SHA256SUMS").is_file(), f"{wheels}: the CPU image's build makes it"
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
+        made = Path(directory) / "overlay.ext3"
+        done = run_ctrain("overlay", "create", str(made), "--size", "4G", "--sparse",
+                          env=clean_env())  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        install = (
+            "python3 -m venv /ext3/env && /ext3/env/bin/pip install --quiet --no-index "
+            f"--find-links /wheels tensorflow=={DEFAULT} && printf '{ENV_SH}' >/ext3/env.sh"
+        )
+        run(
+            [CTRAIN, "exec", "--runtime", "apptainer", "--no-launch", "--overlay", str(made),
+             "-B", f"{wheels}:/wheels:ro", str(base_sif), "--", "sh", "-c", install],
+            clean_env(), timeout=600, cwd=Path(directory),
+        )  # fmt: skip
+        yield made
+
+
+@pytest.mark.apptainer
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    "how",
+    [
+        ["--image-python", "/ext3/env/bin/python", "--", "python", "train_tiny.py", "out", "2"],
+        ["--", "bash", "-c", "source /ext3/env.sh; python train_tiny.py out 2"],
+    ],
+    ids=["image-python", "source-env-sh"],
+)
+def test_two_ranks_on_a_base_sif_with_tensorflow_in_an_overlay(
+    base_sif: Path, overlay: Path, how: list[str], work: Path
+) -> None:
+    """Both ranks share the overlay read-only; TensorFlow is the overlay's, the launcher's
+    interpreter the one named, or the base image's python3 under `bash -c`."""
+    bare = subprocess.run(
+        ["apptainer", "exec", str(base_sif), "python3", "-c", "import tensorflow"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bare.returncode == 1 and "No module named 'tensorflow'" in bare.stderr
+    run(
+        ["srun", "-n", "2", "-t", "5", "--kill-on-bad-exit=1", CTRAIN, "exec", "--runtime",
+         "apptainer", "--overlay", f"{overlay}:ro", str(base_sif), *how],
+        clean_env(), timeout=420, cwd=work,
+    )  # fmt: skip
+    found = same_weights(work / "out", 2)
+    assert {r["mode"] for r in found} == {"multiworker"}
+    assert {r["python"] for r in found} == {"/ext3/env/bin/python"}
+    assert all(str(r["tensorflow"]).startswith("/ext3/env/lib/") for r in found), found

@@ -67,5 +67,7 @@ report = {
     "checkpoint": str(checkpoint),
     "slurm_procid": os.environ.get("SLURM_PROCID"),
     "proxies": {k: v for k, v in os.environ.items() if k.lower().endswith("proxy")},
+    "python": sys.executable,
+    "tensorflow": tf.__file__,
 }
 (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))
