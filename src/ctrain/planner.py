@@ -43,14 +43,18 @@ def plan(
     env_pairs: tuple[str, ...],
     s: Settings,
     environ: Mapping[str, str],
+    *,
+    explain: bool = False,
 ) -> Planned:
-    """The invocation these settings and arguments ask for, checked before anything runs."""
+    """The invocation these settings and arguments ask for, checked before anything runs;
+    with ``explain``, the launcher in the container prints its plan instead of running."""
     request = Request(
         runtime=s.runtime,
         action=action,
         image=image or s.image,
         command=command,
         launch=s.launch,
+        explain=explain,
         nv=s.nv,
         binds=bind_flags,
         overlay=s.overlay or None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def test_only_the_chief_gets_the_checkpoint_path(tmp_path: Path) -> None:
 
 
 def test_horovod_mode_refused_when_horovod_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(start.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(LaunchError, match="Horovod mode, but .* has no Horovod") as caught:
         start.prepare(LaunchOptions(mode="horovod"), {})
     assert "--mode multiworker" in caught.value.fix and "NGC" in caught.value.fix

@@ -59,12 +59,15 @@ def _run(
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
     s = settings_from(
-        {k: v for k, v in flags.items() if k != "no_launch"}
+        {k: v for k, v in flags.items() if k not in ("no_launch", "explain")}
         | ({"launch": "false"} if flags.get("no_launch") else {})
     )
+    explain = bool(flags.get("explain"))
 
     def plan() -> planner.Planned:
-        return planner.plan(action, image, command, bind_flags, env_pairs, s, os.environ)
+        return planner.plan(
+            action, image, command, bind_flags, env_pairs, s, os.environ, explain=explain
+        )
 
     planned = plan()
     invocation = planned.invocation
@@ -93,6 +96,12 @@ def _run(
     help="Run CMD as given, not through ctrain launch. [env CTRAIN_LAUNCH=0]",
 )
 @setting_option("image_python", metavar="PATH")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Run ctrain launch --explain in IMAGE instead of CMD: each rank's plan, the image's "
+    "Python that runs the launcher, and what it holds (TensorFlow, Keras, tf-keras, Horovod).",
+)
 def exec_(
     image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
 ) -> None:

@@ -24,7 +24,11 @@ from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES, TUNE_C
 @setting_option("profile", metavar="STEPS")
 @setting_option("profile_dir", metavar="DIR")
 @setting_option("profile_ranks", metavar="RANKS")
-@click.option("--explain", is_flag=True, help="Print the plan for this rank and run nothing.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Print the plan for this rank, the interpreter and what it holds; run nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="With --explain: print JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str | None) -> None:
@@ -33,12 +37,14 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
     The image's entrypoint: `srun ctrain launch -- python train.py`.
     """
     from ctrain.launch import start
+    from ctrain.launch.interpreter import this_interpreter
     from ctrain.launch.plan import LaunchOptions
 
     s = settings_from(flags)
     options = LaunchOptions.from_settings(s)
     plan = start.prepare(options, os.environ, command)
     if explain:
-        click.echo(start.explain(plan, as_json, start.mpi_verdict(plan, options, os.environ)))
+        verdict = start.mpi_verdict(plan, options, os.environ)
+        click.echo(start.explain(plan, as_json, verdict, this_interpreter(os.environ)))
         return
     start.exec_plan(plan, command, os.environ, quiet=s.quiet)

@@ -1,9 +1,10 @@
 # shellcheck shell=sh
 # ctrain's launcher in a container, carried there by `ctrain exec` (ctrain/container/carry.py):
 #
-#   /bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh -- COMMAND...
+#   /bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh [--explain] -- COMMAND...
 #
-# Finds the image's Python and runs `ctrain launch -- COMMAND...` with it, from the carried copy.
+# Finds the image's Python and runs `ctrain launch [--explain] -- COMMAND...` with it, from the
+# carried copy.
 # The interpreter, named explicitly, never by /usr/bin/env: CTRAIN_IMAGE_PYTHON when set (the
 # Python of an overlay's environment, say); else COMMAND's own when COMMAND starts with a Python
 # (`python train.py`: the launcher runs on the interpreter the script runs on, so TensorFlow and
@@ -18,7 +19,12 @@ fail() {
     exit 2
 }
 
-[ "${1:-}" = -- ] || fail "boot.sh: expected -- COMMAND..." "run it through ctrain exec"
+explain=
+if [ "${1:-}" = --explain ]; then
+    explain=--explain
+    shift
+fi
+[ "${1:-}" = -- ] || fail "boot.sh: expected [--explain] -- COMMAND..." "run it through ctrain exec"
 shift
 [ "$#" -gt 0 ] || fail "no command given." "ctrain exec IMAGE -- python train.py"
 
@@ -83,4 +89,4 @@ if sys.path and sys.path[0] == "":
 sys.path.insert(0, sys.argv.pop(1))
 from ctrain.cli import main
 main(prog_name="ctrain")
-' "$carried/lib" launch -- "$@"
+' "$carried/lib" launch ${explain:+"$explain"} -- "$@"

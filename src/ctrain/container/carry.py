@@ -60,9 +60,10 @@ def binds(carried: Carried) -> tuple[Bind, ...]:
     )
 
 
-def command(user_command: Sequence[str]) -> tuple[str, ...]:
-    """What the container runs: the carried boot script, then ``ctrain launch -- COMMAND``."""
-    return ("/bin/sh", str(BOOT), "--", *user_command)
+def command(user_command: Sequence[str], explain: bool = False) -> tuple[str, ...]:
+    """What the container runs: the carried boot script, then ``ctrain launch -- COMMAND``
+    (``ctrain launch --explain -- COMMAND`` with ``explain``)."""
+    return ("/bin/sh", str(BOOT), *(("--explain",) if explain else ()), "--", *user_command)
 
 
 def note(carried: Carried) -> str:
@@ -70,5 +71,5 @@ def note(carried: Carried) -> str:
     return (
         f"launcher: ctrain from {carried.package}, carried read-only to {API}/ctrain, run by "
         "the image's Python (CTRAIN_IMAGE_PYTHON, else the command's interpreter, else python3 "
-        "on the image's PATH)"
+        "on the image's PATH); ctrain exec --explain shows which, and what it holds"
     )

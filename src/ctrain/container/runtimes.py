@@ -100,6 +100,7 @@ class Request:
     image: str
     command: tuple[str, ...]
     launch: bool = True
+    explain: bool = False  # ctrain launch --explain: the plan, the interpreter, nothing run
     nv: bool = False
     binds: tuple[str, ...] = ()
     overlay: str | None = None
@@ -166,12 +167,18 @@ def _command(request: Request, runtime: Runtime) -> tuple[str, ...]:
     if not request.command:
         raise SpecError("no command given", "put it after --: ctrain exec IMAGE -- python train.py")
     if not request.launch:
+        if request.explain:
+            raise SpecError(
+                "--explain asks ctrain launch for its plan, and --no-launch runs none",
+                "drop one of them",
+            )
         return request.command
+    explain = ("--explain",) if request.explain else ()
     if runtime.name == HOST:
-        return (request.python, "-m", "ctrain", "launch", "--", *request.command)
+        return (request.python, "-m", "ctrain", "launch", *explain, "--", *request.command)
     if _carries(request, runtime):
-        return carry.command(request.command)
-    return ("ctrain", "launch", "--", *request.command)
+        return carry.command(request.command, request.explain)
+    return ("ctrain", "launch", *explain, "--", *request.command)
 
 
 def _carries(request: Request, runtime: Runtime) -> bool:

@@ -5,7 +5,6 @@ The image's entrypoint. It stays light: no TensorFlow is imported before the exe
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import code_verdict, visible_gpus
+from ctrain.launch.interpreter import Holds, has
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import imports_keras, runs_python, script_of
 from ctrain.launch.mpicheck import Verdict
@@ -27,13 +27,8 @@ from ctrain.util import proc
 from ctrain.util.secrets import masked
 
 
-def _has(module: str) -> bool:
-    """``module`` is importable by this interpreter (found, not imported)."""
-    return importlib.util.find_spec(module) is not None
-
-
 def _check_horovod() -> None:
-    if not _has("horovod"):
+    if not has("horovod"):
         raise LaunchError(
             f"Horovod mode, but {sys.executable} has no Horovod",
             "run TensorFlow's own collectives (--mode multiworker under srun), or use an image "
@@ -47,14 +42,14 @@ def _check_image(
     """What the image's interpreter must hold, refused before the command starts: TensorFlow,
     where the launcher was carried into an image (boot.sh sets ENV_CARRIED) to run a Python
     command on this interpreter; tf-keras, where Keras 2 is asked for."""
-    if environ.get(ENV_CARRIED) and command and runs_python(command) and not _has("tensorflow"):
+    if environ.get(ENV_CARRIED) and command and runs_python(command) and not has("tensorflow"):
         raise LaunchError(
             f"{environ[ENV_CARRIED]} has no TensorFlow",
             "use an image with TensorFlow, name the interpreter of an environment that has it "
             "(an overlay's: ctrain exec --image-python /ext3/env/bin/python), or run a script "
             "that needs none as it is: ctrain exec --no-launch",
         )
-    if options.keras == KERAS_2 and not _has("tf_keras"):
+    if options.keras == KERAS_2 and not has("tf_keras"):
         raise LaunchError(
             f"--keras 2 (tf-keras), but {sys.executable} has no tf-keras",
             "use Keras 3 (--keras 3, or auto), or install tf-keras into the image's environment",
@@ -127,7 +122,7 @@ def prepare(
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gpus = visible_gpus(job, environ)
     _check_image(command, options, environ)
-    keras3 = script_imports_keras(command) or not _has("tf_keras")  # Keras 3: TensorFlow's own
+    keras3 = script_imports_keras(command) or not has("tf_keras")  # Keras 3: TensorFlow's own
     plan = make_plan(
         job, options, environ, gpus, keras3, this_cpus(), this_process(), this_ephemeral()
     )
@@ -142,15 +137,21 @@ def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) 
     return mpilibs.check(plan.mode, {**environ, **plan.env_set}, options.skip_mpi_check)
 
 
-def explain(plan: Plan, as_json: bool, mpi: Verdict | None = None) -> str:
-    """The plan as ``--explain`` prints it; with ``mpi``, JSON shows the MPI check's verdict."""
+def explain(
+    plan: Plan, as_json: bool, mpi: Verdict | None = None, holds: Holds | None = None
+) -> str:
+    """The plan as ``--explain`` prints it; with ``mpi``, JSON shows the MPI check's verdict,
+    with ``holds``, the interpreter and what it holds."""
     if as_json:
         import json
 
-        shown = plan.explain() if mpi is None else {**plan.explain(), "mpi_check": mpi.explain()}
+        shown = plan.explain()
+        shown |= {} if mpi is None else {"mpi_check": mpi.explain()}
+        shown |= {} if holds is None else {"interpreter": holds.explain()}
         return json.dumps(shown, indent=2)
     tuned = {t.name for t in plan.tuned}
     lines = [plan.banner()]
+    lines += [f"  {line}" for line in (holds.lines() if holds else ())]
     set_ = sorted(plan.env_set.items())
     lines += [f"  set   {k}={masked(k, v)}" for k, v in set_ if k not in tuned]
     lines += [f"  unset {k}" for k in plan.env_unset]

@@ -16,7 +16,7 @@ import pytest
 from ctrain.container import carry
 from ctrain.container.runtimes import Request, plan_invocation
 from ctrain.container.spec import Bind
-from ctrain.errors import LaunchError
+from ctrain.errors import LaunchError, SpecError
 from ctrain.launch import start
 from ctrain.launch.keras import runs_python
 from ctrain.launch.plan import LaunchOptions
@@ -221,8 +221,42 @@ def test_boot_wants_its_double_dash_and_a_command(tmp_path: Path) -> None:
     bare = subprocess.run(
         ["/bin/sh", str(BOOT)], capture_output=True, text=True, timeout=60, env={"PATH": "/bin"}
     )
-    assert "expected -- COMMAND" in one_error(bare)
+    assert "expected [--explain] -- COMMAND" in one_error(bare)
     assert "no command given" in one_error(boot(tmp_path))
+
+
+def test_explain_reaches_the_launcher_and_the_command_does_not_run(tmp_path: Path) -> None:
+    """--explain goes to ctrain launch (here this venv's, on a named interpreter): it prints the
+    plan and what the interpreter holds, and the command is not run."""
+    assert carry.command(["python", "t.py"], explain=True)[2:4] == ("--explain", "--")
+    done = subprocess.run(
+        ["/bin/sh", str(BOOT), "--explain", "--", "sh", "-c", "echo ran"],
+        env={"PATH": "/bin", "CTRAIN_IMAGE_PYTHON": sys.executable, "HOME": str(tmp_path)},
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ctrain: mode=single ") and "ran" not in lines
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert lines[1] == f"  python {sys.executable} (Python {version}, CTRAIN_IMAGE_PYTHON)"
+    assert lines[2].startswith("  ctrain ") and lines[2].endswith(" (carried from the host)")
+    assert lines[3].startswith("  holds tensorflow ")
+
+
+def test_explain_and_no_launch_exclude_each_other(tmp_path: Path) -> None:
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"")
+    request = Request(
+        "apptainer", "exec", str(image), ("python", "t.py"), launch=False, explain=True
+    )
+    with pytest.raises(SpecError, match="--explain asks ctrain launch for its plan"):
+        plan_invocation(
+            request,
+            {},
+            lambda name: f"/usr/bin/{name}",
+            None,
+            version_of=lambda p: parse_version("apptainer version 1.4.5", p),
+        )
 
 
 # ---- what the carried launcher checks of the interpreter ---------------------------------------
