@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
 from tests.users import TEST_USER
 
@@ -134,6 +135,22 @@ def test_the_carried_launcher_runs_on_the_images_python(foreign_hvd: str, work: 
         clean_env(), cwd=work,
     )  # fmt: skip
     assert write.stdout == "refused\n"
+
+
+def test_explain_says_which_python_runs_the_launcher_and_what_it_holds(
+    foreign_tf: str, work: Path
+) -> None:
+    argv = [CTRAIN, "exec", "--explain", "--runtime", "docker", foreign_tf, "--", "python",
+            "train_tiny.py", "out"]  # fmt: skip
+    lines = run(argv, clean_env(), cwd=work).stdout.splitlines()
+    assert lines[0].startswith("ctrain: mode=single "), lines
+    assert (
+        lines[1] == "  python /opt/ctrain/venv/bin/python (Python 3.11, the command's interpreter)"
+    )
+    assert lines[2].endswith("from /opt/ctrain-carried/api/ctrain (carried from the host)")
+    assert lines[3].startswith(f"  holds tensorflow {DEFAULT}, keras 3.")
+    assert lines[3].endswith(f", tf_keras {matrix.load()[0].tf_keras}, horovod missing"), lines[3]
+    assert not (work / "out").exists()  # the command did not run
 
 
 @pytest.mark.slurm
@@ -309,20 +326,34 @@ def test_a_rendered_horovod_mpirun_job_trains_in_a_foreign_sif(
 ENV_SH = "export PATH=/ext3/env/bin:$PATH\n"  # what a site's /ext3/env.sh does, in one line
 
 
+def squashfs_offset(sif: Path) -> int:
+    """Where the root filesystem's squashfs starts in ``sif`` (`apptainer sif list`)."""
+    listing = subprocess.run(
+        ["apptainer", "sif", "list", str(sif)], capture_output=True, text=True, timeout=60,
+        check=True,
+    ).stdout  # fmt: skip
+    (row,) = [line for line in listing.splitlines() if "|FS (Squashfs" in line]
+    return int(row.split("|")[3].split("-")[0])
+
+
 @pytest.fixture(scope="module")
 def base_sif(foreign_sif: Path) -> Iterator[Path]:
     """FOREIGN_HVD without its venv: Debian's Python 3.11 and Open MPI, no TensorFlow (like a
-    site's CUDA + Python SIF)."""
+    site's CUDA + Python SIF). Its tree is unpacked by unsquashfs: Apptainer's own extraction
+    (`build --sandbox`) cannot keep the files' owners here (root lacks the capability)."""
     with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
         tree, sif = Path(directory) / "tree", Path(directory) / "base.sif"
-        build = ["apptainer", "build", "--force"]
-        subprocess.run([*build, "--sandbox", str(tree), str(foreign_sif)],
+        offset = str(squashfs_offset(foreign_sif))
+        subprocess.run(["unsquashfs", "-q", "-n", "-o", offset, "-d", str(tree), str(foreign_sif)],
                        capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
         shutil.rmtree(tree / "opt" / "ctrain" / "venv")
         env = tree / ".singularity.d" / "env" / "10-docker2singularity.sh"
         env.write_text(env.read_text().replace("/opt/ctrain/venv/bin:", ""))
-        subprocess.run([*build, "--mksquashfs-args", "-comp lz4", str(sif), str(tree)],
-                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+        subprocess.run(
+            ["apptainer", "build", "--mksquashfs-args", "-comp lz4", str(sif), str(tree)],
+            capture_output=True, text=True, timeout=600, check=True,
+        )  # fmt: skip
+        sif.chmod(0o644)
         yield sif
 
 
