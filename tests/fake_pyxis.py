@@ -33,7 +33,8 @@ Modelled:
   host has; working directory: --container-workdir (missing: the task fails, "No such file or
   directory"), else the image's; mounts: an absolute source must exist ("source path does not
   exist"); a mount the host cannot already show (another destination, or ``ro``) is a real bind
-  mount inside ``unshare --mount`` (root only; the destination must exist on the host); the
+  mount inside ``unshare --mount`` (root only; a destination the host lacks is made as
+  ``x-create=auto`` makes it, in an overlay on a tmpfs, never on the host); the
   command is exec'd (same pid: srun's signals reach it; its exit status is the task's).
 Not modelled (refused with a "stand-in:" error rather than ignored): --container-name, -save,
 -remap-root, -entrypoint, -entrypoint-log, -writable, -readonly, -unshare, their PYXIS_CONTAINER_*

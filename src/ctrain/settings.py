@@ -99,8 +99,8 @@ CORE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "launch",
         True,
-        "run the command through ctrain launch (apptainer, singularity, docker, podman: the "
-        "host's, carried into the image; charliecloud, pyxis: the image's own)",
+        "run the command through ctrain launch (apptainer, singularity, docker, podman, pyxis: "
+        "the host's, carried into the image; charliecloud: the image's own)",
         _flag,
     ),
     Setting(

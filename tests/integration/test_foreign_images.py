@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+import ctrain
 from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
 from tests.users import TEST_USER
@@ -135,6 +136,9 @@ def test_the_carried_launcher_runs_on_the_images_python(foreign_hvd: str, work: 
         clean_env(), cwd=work,
     )  # fmt: skip
     assert write.stdout == "refused\n"
+    # a command that runs ctrain itself (a job's network check) gets the carried copy
+    version = run(ctrain_exec("docker", foreign_hvd, "ctrain", "--version"), clean_env(), cwd=work)
+    assert version.stdout == f"ctrain, version {ctrain.__version__}\n"
 
 
 def test_explain_says_which_python_runs_the_launcher_and_what_it_holds(

@@ -110,6 +110,13 @@ def test_the_cli_only_install_answers_every_command(cli_only: Path, tmp_path: Pa
     ).read_bytes()
     helped = run(cli_only, "python", "-m", "ctrain.bench.synthetic", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "--num-iters" in helped.stdout, helped.stderr
+    # what the carried launcher needs from the installed package: the boot script, and the
+    # `ctrain` shim it runs, executable (a wheel keeps the mode only if the build recorded it)
+    container = Path(where.stdout.strip()).parent / "container"
+    assert (container / "boot.sh").is_file()
+    assert os.access(container / "bin" / "ctrain", os.X_OK)
+    mounts = run(cli_only, "ctrain", "carried", cwd=tmp_path)
+    assert mounts.stdout.startswith(f"{container.parent}:/opt/ctrain-carried/api/ctrain:ro,")
 
 
 @pytest.mark.slurm

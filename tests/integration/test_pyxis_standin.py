@@ -2,9 +2,9 @@
 (tests/fake_pyxis.py): the multiworker script rendered with ``--runtime pyxis`` for a registry
 image imports it once in the batch step (``ctrain resolve``: enroot import from the local
 registry into ctrain's cache), then runs 2 ranks in one step whose srun carries pyxis' options
-with that squashfs file; the stand-in reads them as pyxis does and runs each task with the
-environment, mounts and working directory pyxis gives it. Training ends with the same weights
-on both ranks.
+with that squashfs file and ctrain's launcher carried in read-only (``ctrain carried``); the
+stand-in reads them as pyxis does and runs each task with the environment, mounts and working
+directory pyxis gives it. Training ends with the same weights on both ranks.
 
 The stand-ins check the image is a real squashfs file, and give each task the image
 environment FAKE_PYXIS_IMAGE_ENV models (this venv first on PATH, this checkout on PYTHONPATH),
@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from ctrain import planner
+from ctrain.container import carry
 from ctrain.images import pull
 from ctrain.images.store import PullAsk
 from tests import fake_pyxis
@@ -35,6 +37,7 @@ from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
 EPOCHS = 2
+CARRIED = planner.carried_launcher()  # the batch step's ctrain is this checkout's too
 
 
 @pytest.fixture
@@ -72,7 +75,8 @@ def test_multiworker_job_through_pyxis(
     out, calls, imports = tmp_path / "out", tmp_path / "pyxis.jsonl", tmp_path / "enroot.jsonl"
     command = ["python", str(RESUMABLE), str(out), str(EPOCHS)]
     script = render("multiworker", command, runtime="pyxis", image=registry_image)
-    assert 'srun --kill-on-bad-exit=1 "${container_options[@]}" ctrain launch' in script
+    boot = " ".join(carry.command(['"$@"']))
+    assert f'srun --kill-on-bad-exit=1 "${{container_options[@]}}" {boot}' in script
     image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
     job = submit(
         script,
@@ -111,7 +115,10 @@ def test_multiworker_job_through_pyxis(
         assert isinstance(env, dict)
         assert env["CTRAIN_MODE"] == "multiworker" and env["PYTHONNOUSERSITE"] == "1"
         assert env["PATH"] == image_env["PATH"] and "LANG" not in env
-        assert task["command"] == ["ctrain", "launch", "--", *command]
+        carried = [m for m in mounts if str(m["dst"]).startswith(str(carry.ROOT))]
+        assert {m["dst"] for m in carried} == {str(b.dst) for b in carry.binds(CARRIED)}
+        assert all(m["flags"] == ["x-create=auto", "rbind", "ro"] for m in carried), carried
+        assert task["command"] == list(carry.command(command))
 
 
 def test_exec_starts_one_step_through_pyxis(tmp_path: Path, squashfs: Path) -> None:

@@ -9,8 +9,12 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.standin.action import mount_script
+from tests.standin.identity import Fatal
 
 SQUASHFS_MAGIC = b"hsqs"
 LOCALE = ("LANG", "LANGUAGE", "LC_ALL")  # dropped from the task unless --container-env names them
@@ -40,25 +44,26 @@ def task_env(host: dict[str, str], image_env: dict[str, str], listed: list[str])
     return env
 
 
-def mount_lines(mounts: list[dict[str, Any]]) -> list[str]:
-    """Real bind mounts for what the host cannot already show (another destination, or ro)."""
-    lines = []
+def mount_lines(mounts: list[dict[str, Any]], scratch: str) -> list[str]:
+    """Real bind mounts for what the host cannot already show (another destination, or ro). A
+    destination the host lacks is made, as pyxis' default ``x-create=auto`` makes it in the
+    container, in an overlay on a tmpfs on ``scratch`` (the Apptainer stand-in's underlay); the
+    tmpfs is then detached and ``scratch`` removed, so nothing is left on the host."""
+    binds = []
     for mount in mounts:
         src, dst, flags = str(mount["src"]), str(mount["dst"]), list(mount["flags"])
         if src[0] != "/" or dst[0] != "/":
             raise Failed(f"stand-in: relative mount paths ({src}:{dst}) are not modelled")
         if not Path(src).exists():
             raise Failed(f"pyxis: --container-mounts: source path does not exist: {src}")
-        readonly = "ro" in flags
-        if dst == src and not readonly:
-            continue  # the host shows it there already
-        if os.geteuid() != 0:
-            raise Failed(f"stand-in: mount {src}:{dst} needs a mount namespace, which needs root")
-        if not Path(dst).exists():
-            raise Failed(f"stand-in: mount destination {dst} does not exist on this host")
-        lines.append(f"/usr/bin/mount --bind {shlex.quote(src)} {shlex.quote(dst)} || exit 1")
-        if readonly:
-            lines.append(f"/usr/bin/mount -o remount,bind,ro {shlex.quote(dst)} || exit 1")
+        binds.append({"src": src, "dst": dst, "readonly": "ro" in flags})
+    try:
+        lines = mount_script(binds, scratch)
+    except Fatal as exc:
+        raise Failed(str(exc)) from exc
+    if lines:
+        lines.append(f"/usr/bin/umount -l {shlex.quote(scratch)} || exit 1")
+        lines.append(f"rmdir {shlex.quote(scratch)} || exit 1")
     return lines
 
 
@@ -66,16 +71,20 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     command = argv[2:]
     host = dict(os.environ)
+    scratch = tempfile.mkdtemp(prefix="standin-pyxis-")  # a mount point, left empty
     try:
         check_image(str(spec["image"]), os.getcwd())
-        lines = mount_lines(spec["mounts"])
+        lines = mount_lines(spec["mounts"], scratch)
         env = task_env(host, spec["image_env"], spec["env"])
         workdir = spec["workdir"] or spec["image_workdir"]
         if not lines and not Path(workdir).is_dir():
             raise Failed(f"pyxis: couldn't chdir to {workdir}: No such file or directory")
     except Failed as exc:
+        os.rmdir(scratch)
         print(f"slurmstepd: error: {exc}", file=sys.stderr)
         return 1
+    if not lines:
+        os.rmdir(scratch)
     log = spec.get("log")
     if log:
         line = {"task": host.get("SLURM_PROCID"), "host": os.uname().nodename, "image":

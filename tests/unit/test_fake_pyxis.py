@@ -94,11 +94,22 @@ def test_squashfs_images_are_checked(tmp_path: Path) -> None:
 
 
 def test_mounts(tmp_path: Path) -> None:
+    scratch = str(tmp_path / "scratch")
     same = {"src": str(tmp_path), "dst": str(tmp_path), "flags": ["x-create=auto", "rbind"]}
-    assert mount_lines([same]) == []  # the host shows it there already
+    assert mount_lines([same], scratch) == []  # the host shows it there already
     ro = {**same, "flags": ["x-create=auto", "rbind", "ro"]}
-    assert [line.split()[1] for line in mount_lines([ro])] == ["--bind", "-o"]
+    assert [line.split()[:2] for line in mount_lines([ro], scratch)] == [
+        ["/usr/bin/mount", "-t"],  # the scratch tmpfs
+        ["/usr/bin/mount", "--bind"],
+        ["/usr/bin/mount", "-o"],  # remount,bind,ro
+        ["/usr/bin/umount", "-l"],  # then the scratch goes
+        ["rmdir", scratch],
+    ]
+    # x-create=auto: a destination the host lacks is made in an overlay of its parent
+    made = mount_lines([{**same, "dst": str(tmp_path / "new" / "dir")}], scratch)
+    assert any("-t overlay" in line and f"lowerdir={tmp_path}," in line for line in made)
+    assert f"mkdir -p {tmp_path / 'new' / 'dir'} || exit 255" in made
     with pytest.raises(Failed, match="source path does not exist"):
-        mount_lines([{**same, "src": str(tmp_path / "missing")}])
+        mount_lines([{**same, "src": str(tmp_path / "missing")}], scratch)
     with pytest.raises(Failed, match="destination /nowhere/x does not exist"):
-        mount_lines([{**same, "dst": "/nowhere/x"}])
+        mount_lines([{**same, "dst": "/nowhere/x"}], scratch)

@@ -24,6 +24,7 @@ COMMANDS = {
     "exec": "containers:exec_",
     "run": "containers:run_",
     "shell": "containers:shell",
+    "carried": "containers:carried",
     "pull": "images:pull",
     "push": "images:push",
     "resolve": "images:resolve",

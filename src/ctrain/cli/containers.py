@@ -125,3 +125,13 @@ def shell(
 ) -> None:
     """Open an interactive shell in IMAGE."""
     _run("shell", image, bind_flags, env_pairs, **flags)
+
+
+@click.command("carried")
+def carried() -> None:
+    """Print the pyxis --container-mounts value that carries this ctrain's launcher into a
+    container, read-only (the pyxis job scripts run it once in the batch step)."""
+    from ctrain import planner
+    from ctrain.container import carry, pyxis
+
+    click.echo(pyxis.mounts_value(carry.binds(planner.carried_launcher())))

@@ -4,7 +4,7 @@
 #   /bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh [--explain] -- COMMAND...
 #
 # Finds the image's Python and runs `ctrain launch [--explain] -- COMMAND...` with it, from the
-# carried copy.
+# carried copy (through bin/ctrain, which stays first on PATH for the command).
 # The interpreter, named explicitly, never by /usr/bin/env: CTRAIN_IMAGE_PYTHON when set (the
 # Python of an overlay's environment, say); else COMMAND's own when COMMAND starts with a Python
 # (`python train.py`: the launcher runs on the interpreter the script runs on, so TensorFlow and
@@ -77,16 +77,12 @@ if [ "$how" = CTRAIN_IMAGE_PYTHON ]; then
     PATH=${python%/*}:$PATH
     export PATH
 fi
-# ctrain on the launcher's and the script's path; its command line's own packages (click) on the
-# launcher's alone, after the current directory is taken off it (`-c` puts it first).
+# ctrain on the launcher's and the script's path, and `ctrain` first on PATH: the carried copy,
+# on this interpreter (bin/ctrain beside this script).
+bin=${0%/*}/bin
+PATH=$bin:$PATH
 PYTHONPATH=$carried/api${PYTHONPATH:+:$PYTHONPATH}
 CTRAIN_CARRIED="$python (Python $version, $how)"
-export PYTHONPATH CTRAIN_CARRIED
-exec "$python" -c '
-import sys
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-sys.path.insert(0, sys.argv.pop(1))
-from ctrain.cli import main
-main(prog_name="ctrain")
-' "$carried/lib" launch ${explain:+"$explain"} -- "$@"
+CTRAIN_CARRIED_PYTHON=$python
+export PATH PYTHONPATH CTRAIN_CARRIED CTRAIN_CARRIED_PYTHON
+exec "$bin/ctrain" launch ${explain:+"$explain"} -- "$@"

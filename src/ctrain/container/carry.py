@@ -24,16 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ctrain.container.spec import Bind
-from ctrain.names import ENGINE_RUNTIMES, SIF_RUNTIMES
+from ctrain.names import ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
 
 ROOT = PurePosixPath("/opt/ctrain-carried")
 API = ROOT / "api"  # ctrain alone: the launcher's and the script's PYTHONPATH
 LIB = ROOT / "lib"  # the launcher's own dependencies: its sys.path only
 BOOT = API / "ctrain" / "container" / "boot.sh"
-# The runtimes that carry it: each binds a directory read-only onto a path the image lacks.
-# Charliecloud (no read-only binds, and a destination must exist in the image) and pyxis (the
-# container starts in srun, not here) run the image's own `ctrain launch`.
-RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES)
+# The runtimes that carry it: each binds a directory read-only onto a path the image lacks
+# (pyxis: --container-mounts with `ro`, whose destination enroot creates). Charliecloud runs the
+# image's own `ctrain launch`: ch-run binds have no read-only mode, and a destination must
+# already exist in the image.
+RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES, PYXIS)
 
 
 @dataclass(frozen=True)

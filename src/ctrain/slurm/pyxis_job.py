@@ -1,19 +1,22 @@
-"""The pyxis form of a job script: its step is ``srun --container-image=... ctrain launch``.
+"""The pyxis form of a job script: its step is ``srun --container-image=... BOOT -- COMMAND``,
+ctrain's launcher carried into the container (container/carry.py) as ``ctrain exec`` carries it.
 
 A template renders as for the other runtimes (slurm/jobs.py), then three of its parts change:
 the runtime is fixed (the steps are written for pyxis, so CTRAIN_RUNTIME cannot switch them),
 ``exec_options`` goes (GPUs reach the container through enroot's NVIDIA hook, not ``--nv``),
-and the step's ``ctrain exec IMAGE`` becomes pyxis' options around ``ctrain launch``, built in
-bash at run time from the job's directory and TMPDIR. The option names, the variables kept from
-the host and ``--no-container-mount-home`` come from container/pyxis.py. sbatch reads none of
-these options (they are srun's), so ``sbatch --test-only`` checks the ``#SBATCH`` lines only.
+and the step's ``ctrain exec IMAGE`` becomes pyxis' options around the carried boot script,
+built in bash at run time from the job's directory, TMPDIR and ``ctrain carried`` (the mounts
+of the batch step's own ctrain, read-only: the image needs no ctrain). The option names, the
+variables kept from the host and ``--no-container-mount-home`` come from container/pyxis.py.
+sbatch reads none of these options (they are srun's), so ``sbatch --test-only`` checks the
+``#SBATCH`` lines only.
 """
 
 from __future__ import annotations
 
 import re
 
-from ctrain.container import pyxis
+from ctrain.container import carry, pyxis
 from ctrain.errors import CtrainError, JobRequestError
 from ctrain.names import PYXIS
 
@@ -58,6 +61,10 @@ for path in "$workdir" "${{TMPDIR:-}}"; do
         exit 2
     fi
 done
+# ctrain's launcher, carried in read-only (the image needs no ctrain): this ctrain's package and
+# click, mounted under {carry.ROOT}; the container runs its boot script, which finds the
+# image's Python and runs ctrain launch with it.
+mounts+=",$(ctrain carried)"
 export PYTHONNOUSERSITE=1
 container_options=(
     {pyxis.IMAGE}="$image"
@@ -92,4 +99,5 @@ def render(text: str) -> str:
     text = _one(_RUNTIME, text, RUNTIME_LINES.replace("\\", "\\\\"))
     text = _one(_EXEC_OPTIONS, text, GPU_LINE)
     step = block().replace("\\", "\\\\") + r'\1step=(srun \2"${container_options[@]}" '
-    return _one(_STEP, text, step + r'ctrain launch -- "$@")')
+    launcher = " ".join(carry.command(['"$@"']))
+    return _one(_STEP, text, step + launcher + ")")

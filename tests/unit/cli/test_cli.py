@@ -25,6 +25,7 @@ COMMANDS = [
     "exec",
     "run",
     "shell",
+    "carried",
     "pull",
     "push",
     "resolve",

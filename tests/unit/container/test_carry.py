@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+import ctrain
+from ctrain.cli import main
 from ctrain.container import carry
 from ctrain.container.runtimes import Request, plan_invocation
 from ctrain.container.spec import Bind
@@ -44,6 +48,17 @@ def test_the_binds_and_the_command() -> None:
     assert made == carry.Carried("/x/ctrain", (("click", "/y/click"),))
 
 
+def test_carried_prints_the_pyxis_mounts_of_this_ctrain() -> None:
+    """What a pyxis job script mounts: this ctrain's package and click's, read-only."""
+    result = CliRunner().invoke(main, ["carried"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    here = Path(ctrain.__file__).parent
+    click_dir = Path(click.__file__).parent
+    assert result.output == (
+        f"{here}:/opt/ctrain-carried/api/ctrain:ro,{click_dir}:/opt/ctrain-carried/lib/click:ro\n"
+    )
+
+
 # runtime, action, launch -> carried
 CARRIES = [
     ("apptainer", "exec", True, True),
@@ -52,6 +67,7 @@ CARRIES = [
     ("podman", "exec", True, True),
     ("apptainer", "exec", False, False),  # --no-launch: the command as given
     ("docker", "run", True, False),  # the image's runscript or entrypoint
+    ("pyxis", "exec", True, True),  # --container-mounts SRC:DST:ro
     ("charliecloud", "exec", True, False),  # the image's own ctrain launch
     ("host", "exec", True, False),  # this interpreter's ctrain
 ]
@@ -61,7 +77,7 @@ CARRIES = [
 def test_which_execs_carry_the_launcher(
     runtime: str, action: str, launch: bool, carried: bool, tmp_path: Path
 ) -> None:
-    image = tmp_path / "img.sif"
+    image = tmp_path / ("img.sqsh" if runtime == "pyxis" else "img.sif")
     image.mkdir() if runtime == "charliecloud" else image.write_bytes(b"")
     for src in (CARRIED.package, *(d for _, d in CARRIED.deps)):
         (tmp_path / src.lstrip("/")).mkdir(parents=True)
@@ -187,8 +203,13 @@ def test_the_launcher_runs_on_the_named_interpreter_and_the_command_sees_it_firs
     tmp_path: Path,
 ) -> None:
     """Here the 'image' is this machine: the launcher is this venv's ctrain (the carried
-    directories are absent), exec'ing a shell that prints what it got."""
-    show = 'echo "$PATH"; echo "$PYTHONPATH"; echo "$CTRAIN_CARRIED"'
+    directories are absent), exec'ing a shell that prints what it got. A command that runs
+    `ctrain` itself (a job's `ctrain doctor --network`) finds the shim beside the boot script
+    first on PATH, on the interpreter the launcher runs on."""
+    show = (
+        'echo "$PATH"; echo "$PYTHONPATH"; echo "$CTRAIN_CARRIED"; command -v ctrain; '
+        'ctrain --version; echo "$CTRAIN_CARRIED_PYTHON"'
+    )
     done = boot(
         tmp_path,
         "sh",
@@ -199,11 +220,16 @@ def test_the_launcher_runs_on_the_named_interpreter_and_the_command_sees_it_firs
         PATH="/bin",
     )
     assert done.returncode == 0, done.stderr
-    path, pythonpath, carried = done.stdout.splitlines()
-    assert path.split(":")[0] == os.path.dirname(sys.executable)
+    path, pythonpath, carried, *shim = done.stdout.splitlines()
+    assert path.split(":")[:2] == [str(BOOT.parent / "bin"), os.path.dirname(sys.executable)]
     assert pythonpath.split(":")[0] == "/opt/ctrain-carried/api"
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert carried == f"{sys.executable} (Python {version}, CTRAIN_IMAGE_PYTHON)"
+    assert shim == [
+        str(BOOT.parent / "bin" / "ctrain"),
+        f"ctrain, version {ctrain.__version__}",
+        sys.executable,
+    ]
 
 
 def test_the_commands_own_interpreter_runs_the_launcher(tmp_path: Path) -> None:
@@ -215,6 +241,14 @@ def test_the_commands_own_interpreter_runs_the_launcher(tmp_path: Path) -> None:
         f"{sys.executable} (Python {version}, the command's interpreter)",
         sys.executable,
     ]
+
+
+def test_the_shim_alone_says_it_needs_the_boot_script() -> None:
+    alone = subprocess.run(
+        [str(BOOT.parent / "bin" / "ctrain"), "--version"], env={"PATH": "/bin"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "CTRAIN_CARRIED_PYTHON is not set" in one_error(alone)
 
 
 def test_boot_wants_its_double_dash_and_a_command(tmp_path: Path) -> None:

@@ -36,10 +36,13 @@ FAKE_SCONTROL = """#!/bin/bash
 printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
 """
 FAKE_CTRAIN = """#!/bin/bash
-# A stand-in for `ctrain resolve IMAGE`: records its argv, prints where the image would be.
-printf '%s\\n' "$@" > "$FAKE_DIR/ctrain"
+# A stand-in for `ctrain resolve IMAGE` and `ctrain carried`: records each argv, prints where the
+# image would be, or the carried launcher's mounts.
+printf '%s\\n' "$@" >> "$FAKE_DIR/ctrain"
 [ -n "${FAKE_RESOLVE_EXIT:-}" ] && exit "$FAKE_RESOLVE_EXIT"
 [ "$1" = resolve ] && echo "/pulled/$2"
+[ "$1" = carried ] && echo "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"
+exit 0
 """
 
 

@@ -1,6 +1,7 @@
 """The pyxis job scripts' own logic, run by bash with a fake srun that records its argv: the
-step is srun with pyxis' options around ``ctrain launch``, built from the job's directory and
-TMPDIR; a directory pyxis cannot mount stops the job before any step."""
+step is srun with pyxis' options around the carried launcher's boot script, built from the
+job's directory, TMPDIR and ``ctrain carried``; a directory pyxis cannot mount stops the job
+before any step."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrain.container import carry
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from tests.unit.slurm.test_job_scripts import env, fakes
@@ -16,6 +18,7 @@ from tests.unit.slurm.test_job_scripts import env, fakes
 __all__ = ["fakes"]  # the fixture, used by name
 
 COMMAND = ("python", "train.py", "--epochs", "3")
+CARRIED = "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"  # what the fake `ctrain carried` says
 
 
 def run(path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -40,29 +43,27 @@ def test_the_step_is_srun_with_pyxis_options(fakes: Path, mode: str) -> None:
     environ = env(fakes, FAKE_MODE="exit:0", CTRAIN_IMAGE="img", CTRAIN_RUNTIME="docker")
     done = run(script(fakes, mode), {**environ, "TMPDIR": str(tmpdir)})
     assert done.returncode == 0, done.stderr
-    assert (fakes / "ctrain").read_text().splitlines() == ["resolve", "img"]
+    assert (fakes / "ctrain").read_text().splitlines() == ["resolve", "img", "carried"]
     argv = (fakes / "argv").read_text().splitlines()
     launcher = ["srun", "--mpi=pmix"] if mode == "horovod-srun" else ["srun"]
     assert argv == [
         *launcher,
         "--kill-on-bad-exit=1",
         "--container-image=/pulled/img",
-        f"--container-mounts={fakes}:{fakes},{tmpdir}:{tmpdir}",
+        f"--container-mounts={fakes}:{fakes},{tmpdir}:{tmpdir},{CARRIED}",
         f"--container-workdir={fakes}",
         "--container-env=CTRAIN_MODE,CTRAIN_RUNTIME,CUDA_VISIBLE_DEVICES,"
         "NVIDIA_VISIBLE_DEVICES,PYTHONNOUSERSITE,TMPDIR",
         "--no-container-mount-home",
-        "ctrain",
-        "launch",
-        "--",
-        *COMMAND,
+        *carry.command(COMMAND),
     ]
 
 
 def test_no_tmpdir_mount_without_a_job_tmpdir(fakes: Path) -> None:
     done = run(script(fakes, "single"), {**env(fakes, FAKE_MODE="exit:0"), "TMPDIR": "/tmp"})
     assert done.returncode == 0, done.stderr
-    assert f"--container-mounts={fakes}:{fakes}" in (fakes / "argv").read_text().splitlines()
+    mounts = f"--container-mounts={fakes}:{fakes},{CARRIED}"
+    assert mounts in (fakes / "argv").read_text().splitlines()
 
 
 def test_a_path_pyxis_cannot_mount_stops_the_job(fakes: Path) -> None:
