@@ -177,7 +177,7 @@ def _settings_table(settings: Any, flags: dict[str, list[str]]) -> list[str]:
 def settings_page(flags: dict[str, list[str]] | None = None) -> str:
     """Every setting of ``ctrain.settings`` (core, then ``ctrain bench``'s) with its config key,
     variable, flags, default and meaning."""
-    from ctrain.settings import BENCH_SETTINGS, CORE_SETTINGS
+    from ctrain.settings_table import BENCH_SETTINGS, CORE_SETTINGS
 
     flags = setting_flags() if flags is None else flags
     lines = [

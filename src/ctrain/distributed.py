@@ -30,16 +30,11 @@ from ctrain.errors import ConfigError, LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import LEGACY_KERAS, tf_keras_chosen
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.profile import (
-    AUTO_RANKS,
-    DEFAULT_PROFILE_DIR,
-    check_ranks,
-    parse_window,
-    profile_environment,
-)
+from ctrain.launch.profile import profile_environment
 from ctrain.launch.start import script_imports_keras, this_process
 from ctrain.names import ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE, Mode
 from ctrain.names import Launched as Launched
+from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, check_ranks, parse_window
 from ctrain.settings import resolve
 from ctrain.train import profiling
 from ctrain.train import steps as step_hooks

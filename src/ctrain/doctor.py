@@ -25,7 +25,7 @@ from ctrain.images import cachedir
 from ctrain.launch import mpilibs
 from ctrain.launch.gpus import code_verdict, list_gpus
 from ctrain.names import CHARLIECLOUD, CONTAINER_RUNTIMES, program_of
-from ctrain.settings import Settings
+from ctrain.settings_table import Settings
 from ctrain.train import cudalibs
 from ctrain.util import fs, proc
 

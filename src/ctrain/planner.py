@@ -23,7 +23,7 @@ from ctrain.container.runtimes import Invocation, Request, choose_runtime, plan_
 from ctrain.container.spec import Action
 from ctrain.images import resolve
 from ctrain.launch.jobenv import GpuEnv
-from ctrain.settings import Settings
+from ctrain.settings_table import Settings
 from ctrain.util import proc
 
 FUSE_DEVICE = "/dev/fuse"

@@ -18,7 +18,7 @@ import pytest
 from ctrain import errors, matrix
 from ctrain.cli import COMMANDS
 from ctrain.cli import main as root
-from ctrain.settings import SETTINGS
+from ctrain.settings_table import SETTINGS
 from tests.helpers import DOCS_REFERENCE, REPO, docs_reference
 
 SCRIPT = DOCS_REFERENCE

@@ -23,7 +23,8 @@ from ctrain.names import (
     runtime_reference,
     schemes,
 )
-from ctrain.settings import SETTINGS, resolve
+from ctrain.settings import resolve
+from ctrain.settings_table import SETTINGS
 from tests.helpers import REPO
 
 TEMPLATES = REPO / "jobs"

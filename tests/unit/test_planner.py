@@ -11,7 +11,8 @@ from ctrain import planner
 from ctrain.errors import ConfigError
 from ctrain.images.resolve import ImageChoice
 from ctrain.images.sif import new_sidecar, sidecar_of
-from ctrain.settings import Resolved, Value, resolve
+from ctrain.settings import Resolved, resolve
+from ctrain.settings_table import Value
 from tests import fake_apptainer
 
 

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 import typing
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from ctrain import settings
-from ctrain.cli import main
+from ctrain import settings, settings_table
+from ctrain.cli import _options, main
 from ctrain.errors import ConfigError
-from ctrain.settings import (
-    BENCH_SETTINGS,
-    CORE_SETTINGS,
-    SETTINGS,
-    config_files,
-    parse_flag,
-    resolve,
-)
+from ctrain.settings import config_files, parse_flag, resolve
+from ctrain.settings_table import BENCH_SETTINGS, CORE_SETTINGS, SETTINGS
+from tests.helpers import docs_reference
 
 
-def one(found: settings.Settings, name: str) -> tuple[object, str]:
+def one(found: settings_table.Settings, name: str) -> tuple[object, str]:
     """A setting's value and where it came from."""
     return getattr(found, name), found.sources[name]
 
@@ -461,12 +458,12 @@ def _is(value: object, annotation: object) -> bool:
 
 
 def test_settings_fields_are_the_table_and_typed_as_its_parsers_return() -> None:
-    hints = typing.get_type_hints(settings.Settings)
-    assert list(hints) == [s.name for s in settings.SETTINGS] + ["sources"]
-    for setting in settings.SETTINGS:
+    hints = typing.get_type_hints(settings_table.Settings)
+    assert list(hints) == [s.name for s in settings_table.SETTINGS] + ["sources"]
+    for setting in settings_table.SETTINGS:
         assert _is(setting.default, hints[setting.name]), setting.name
     examples = {"str": "x", "int": "3", "bool": "yes", "tuple": "a,b"}
-    for setting in settings.SETTINGS:
+    for setting in settings_table.SETTINGS:
         for text in examples.values():
             try:
                 parsed = setting.parse(text)
@@ -482,7 +479,50 @@ def test_resolve_gives_each_setting_its_type_and_source(tmp_path: Path) -> None:
         7,
         ("/a", "/b:/c"),
         True,
-        settings.BY_NAME["image"].default,
+        settings_table.BY_NAME["image"].default,
     )
     assert found.sources["min_free_gb"] == "env CTRAIN_MIN_FREE_GB"
     assert (found.sources["nv"], found.sources["image"]) == ("flag", "default")
+
+
+def test_a_new_row_is_an_option_a_variable_a_typed_field_and_a_reference_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding a setting is adding one row, a field of Settings (here in a subclass, the table
+    then read from it): its option with --help naming the variable, its typed value through the
+    precedence, and its line on the settings page follow, with no other edit."""
+
+    @dataclasses.dataclass(frozen=True)
+    class WithOne(settings_table.Settings):
+        warp_factor: int = settings_table._row(
+            9, "how fast to go", settings_table._positive_int, metavar="N"
+        )
+
+    table = settings_table.rows(WithOne)
+    assert table[:-1] == settings_table.SETTINGS and table[-1].name == "warp_factor"
+    by_name = {s.name: s for s in table}
+    for module, values in {
+        settings_table: {"BY_NAME": by_name, "CORE_SETTINGS": table[-1:]},
+        settings: {"BY_NAME": by_name, "SETTINGS": table, "Settings": WithOne},
+        _options: {"BY_NAME": by_name},
+    }.items():
+        for name, value in values.items():
+            monkeypatch.setattr(module, name, value)
+
+    @click.command()
+    @_options.setting_option("warp_factor")
+    def engage(**flags: str | None) -> None:
+        click.echo(repr(_options.settings_from(flags).warp_factor))  # type: ignore[attr-defined]
+
+    runner = CliRunner()
+    helped = runner.invoke(engage, ["--help"]).output
+    assert "--warp-factor N  How fast to go. [env CTRAIN_WARP_FACTOR; default 9]" in helped
+    assert runner.invoke(engage, ["--warp-factor", "3"]).output == "3\n"
+    assert runner.invoke(engage, [], env={"CTRAIN_WARP_FACTOR": "4"}).output == "4\n"
+    refused = runner.invoke(engage, ["--warp-factor", "fast"])
+    assert isinstance(refused.exception, ConfigError)
+    assert str(refused.exception) == "--warp-factor 'fast': must be a positive integer"
+    page = docs_reference().settings_page({"warp_factor": ["--warp-factor"]})
+    assert (
+        "| `warp_factor` | `CTRAIN_WARP_FACTOR` | `--warp-factor` | `9` | how fast to go |" in page
+    )

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ctrain.bench.profile import PROFILE_VARIABLE, ProfileRun, markdown_profile
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.launch.profile import Window, parse_window
 from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
+from ctrain.profile_window import Window, parse_window
+from ctrain.settings_table import BENCH_PREFIX, BY_NAME, Settings
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 SYNTHETIC_MODULE = "ctrain.bench.synthetic"  # the benchmark ``ctrain bench`` runs by default
@@ -45,6 +47,22 @@ class BenchOptions:
     launcher_args: tuple[str, ...] = ()
     timeout: float = 3600.0
     profile: str | None = None  # steps FIRST-LAST the largest run traces (--profile)
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> BenchOptions:
+        """Each field from its bench_ row (``mode`` from mode's), in the form the bench uses."""
+        named = [f.name for f in fields(cls) if BENCH_PREFIX + f.name in BY_NAME]
+        given = {name: getattr(s, BENCH_PREFIX + name) for name in named}
+        return cls(
+            **given
+            | {
+                "mode": s.mode,
+                "workers": parse_workers(s.bench_workers),
+                "threads": s.bench_threads or 0,  # unset: TensorFlow's own
+                "launcher_args": tuple(shlex.split(s.bench_launcher_args or "")),
+                "timeout": float(s.bench_timeout),
+            }
+        )
 
     @property
     def batches_per_iter(self) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from ctrain.launch.profile import Window, parse_window
-from ctrain.settings import BY_NAME
+from ctrain.profile_window import Window, parse_window
+from ctrain.settings_table import BY_NAME
 
 PROFILE_VARIABLE = BY_NAME["profile"].env  # ctrain launch's --profile: bench says which run traces
 PROFILE_DIR = "profile"  # under the bench's output directory

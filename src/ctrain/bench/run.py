@@ -35,7 +35,7 @@ from ctrain.bench.core import (
 )
 from ctrain.bench.profile import PROFILE_DIR, ProfileRun, new_profile_run, profile_flags
 from ctrain.errors import ExternalToolError
-from ctrain.launch.profile import Window
+from ctrain.profile_window import Window
 from ctrain.util import fs, proc
 
 

@@ -1,8 +1,9 @@
 """What the command modules share: options for settings, resolving them, ``-- CMD`` parsing.
 
-Defining a command imports no library module (``ctrain --help`` loads every command module):
-a setting option's help is written from ctrain.settings when it is shown; choices come from
-ctrain.names, which imports nothing heavy.
+A setting's option is made from its row in ctrain.settings (its flag, choices, metavar and
+help): a command names the setting, nothing more. Defining a command imports no library module
+(``ctrain --help`` loads every command module): ctrain.settings imports only ctrain's ground
+floor (errors, names, profile_window).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ctrain.settings_table import BY_NAME
+
 if TYPE_CHECKING:
-    from ctrain.settings import Settings
+    from ctrain.settings_table import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,8 +30,6 @@ class SettingOption(click.Option):
         self.setting = setting
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        from ctrain.settings import BY_NAME
-
         setting = BY_NAME[self.setting]
         shown = setting.default if setting.default not in (None, ()) else "none"
         self.help = (
@@ -37,17 +38,22 @@ class SettingOption(click.Option):
         return super().get_help_record(ctx)
 
 
-def setting_option(
-    name: str, *decls: str, flag: str | None = None, **kwargs: Any
-) -> Callable[[F], F]:
-    """A Click option for the setting ``name``: ``--name-with-dashes``, or ``flag``."""
-    kwargs.setdefault("default", None)
-    flag = flag or "--" + name.replace("_", "-")
-    return click.option(flag, *decls, name, cls=SettingOption, setting=name, **kwargs)
+def setting_option(name: str) -> Callable[[F], F]:
+    """The Click option of the setting ``name``, as its row says: a flag for a true/false
+    setting (given: "true"), a choice, or a value; unset, None (the setting's precedence then
+    decides)."""
+    row = BY_NAME[name]
+    kwargs: dict[str, Any] = {"default": None, "metavar": row.metavar}
+    if row.is_flag:
+        kwargs |= {"is_flag": True, "flag_value": "true"}
+    elif row.choices:
+        kwargs["type"] = click.Choice(row.choices)
+    return click.option(row.option, name, cls=SettingOption, setting=name, **kwargs)
 
 
 def settings_from(flags: dict[str, str | None]) -> Settings:
-    from ctrain.settings import Value, parse_flag, resolve
+    from ctrain.settings import parse_flag, resolve
+    from ctrain.settings_table import Value
 
     parsed: dict[str, Value] = {name: parse_flag(name, text) for name, text in flags.items()}
     return resolve(parsed, os.environ, os.getcwd())

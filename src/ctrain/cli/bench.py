@@ -11,64 +11,29 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.names import BENCH_LAUNCHER_CHOICES, MODE_CHOICES
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ctrain.bench.core import BenchReport
 
-FLAGS = {
-    "bench_workers": "--workers",
-    "bench_model": "--model",
-    "bench_batch": "--batch",
-    "bench_image_size": "--image-size",
-    "bench_steps": "--steps",
-    "bench_iters": "--iters",
-    "bench_warmup": "--warmup",
-    "bench_threads": "--threads",
-    "bench_launcher": "--launcher",
-    "bench_launcher_args": "--launcher-args",
-    "bench_script": "--script",
-    "bench_timeout": "--timeout",
-    "bench_out": "--out",
-    "bench_profile": "--profile",
-}
-
-
-def checked(flags: dict[str, str | None]) -> dict[str, str | None]:
-    """Each given flag parsed by its setting now, so an error names the flag as typed."""
-    from ctrain.settings import BY_NAME
-
-    for name, text in flags.items():
-        if text is not None and name in FLAGS:
-            try:
-                BY_NAME[name].parse(text)
-            except ValueError as exc:
-                raise ConfigError(f"{FLAGS[name]} {text!r}: {exc}", "correct the flag") from exc
-    return flags
-
 
 @click.command("bench")
-@setting_option("mode", type=click.Choice(MODE_CHOICES))
-@setting_option("bench_workers", flag=FLAGS["bench_workers"], metavar="N,N,...")
-@setting_option("bench_model", flag=FLAGS["bench_model"], metavar="NAME")
-@setting_option("bench_batch", flag=FLAGS["bench_batch"], metavar="N")
-@setting_option("bench_image_size", flag=FLAGS["bench_image_size"], metavar="PX")
-@setting_option("bench_steps", flag=FLAGS["bench_steps"], metavar="N")
-@setting_option("bench_iters", flag=FLAGS["bench_iters"], metavar="N")
-@setting_option("bench_warmup", flag=FLAGS["bench_warmup"], metavar="N")
-@setting_option("bench_threads", flag=FLAGS["bench_threads"], metavar="N")
-@setting_option(
-    "bench_launcher",
-    flag=FLAGS["bench_launcher"],
-    type=click.Choice(BENCH_LAUNCHER_CHOICES),
-)
-@setting_option("bench_launcher_args", flag=FLAGS["bench_launcher_args"], metavar="'ARGS'")
-@setting_option("bench_script", flag=FLAGS["bench_script"], metavar="PATH")
-@setting_option("bench_timeout", flag=FLAGS["bench_timeout"], metavar="S")
-@setting_option("bench_out", flag=FLAGS["bench_out"], metavar="DIR")
-@setting_option("bench_profile", flag=FLAGS["bench_profile"], metavar="STEPS")
+@setting_option("mode")
+@setting_option("bench_workers")
+@setting_option("bench_model")
+@setting_option("bench_batch")
+@setting_option("bench_image_size")
+@setting_option("bench_steps")
+@setting_option("bench_iters")
+@setting_option("bench_warmup")
+@setting_option("bench_threads")
+@setting_option("bench_launcher")
+@setting_option("bench_launcher_args")
+@setting_option("bench_script")
+@setting_option("bench_timeout")
+@setting_option("bench_out")
+@setting_option("bench_profile")
 def bench(**flags: str | None) -> None:
     """Measure images/second and scaling efficiency with the synthetic benchmark.
 
@@ -88,28 +53,14 @@ def bench(**flags: str | None) -> None:
     from ctrain.bench import core as benching
     from ctrain.bench import run
 
-    s = settings_from(checked(flags))
+    s = settings_from(flags)
     script = None if s.bench_script is None else Path(s.bench_script)
     if script is not None and not script.is_file():
         raise ConfigError(
             f"no benchmark script at {script}",
             "give --script an existing file, or leave it out to run ctrain's own benchmark",
         )
-    options = benching.BenchOptions(
-        workers=benching.parse_workers(s.bench_workers),
-        mode=s.mode,
-        model=s.bench_model,
-        batch=s.bench_batch,
-        image_size=s.bench_image_size,
-        steps=s.bench_steps,
-        iters=s.bench_iters,
-        warmup=s.bench_warmup,
-        threads=s.bench_threads or 0,  # unset: TensorFlow's own
-        launcher=s.bench_launcher,
-        launcher_args=tuple(shlex.split(s.bench_launcher_args or "")),
-        timeout=float(s.bench_timeout),
-        profile=s.bench_profile,
-    )
+    options = benching.BenchOptions.from_settings(s)
     out = Path(s.bench_out)
     command = shlex.join(["ctrain", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else ""
     report = run.run(

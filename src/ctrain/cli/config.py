@@ -18,7 +18,7 @@ def config_show(as_json: bool) -> None:
     """Every effective setting and where it came from."""
     import json
 
-    from ctrain.settings import SETTINGS
+    from ctrain.settings_table import SETTINGS
 
     resolved = settings_from({})
     found = [(s, getattr(resolved, s.name), resolved.sources[s.name]) for s in SETTINGS]

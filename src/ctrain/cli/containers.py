@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
-from ctrain.names import PYXIS, RUNTIME_CHOICES
+from ctrain.names import PYXIS
 
 if TYPE_CHECKING:
     from ctrain.container.spec import Action
@@ -16,11 +16,8 @@ if TYPE_CHECKING:
 
 def common(func: Any) -> Any:
     options = [
-        setting_option(
-            "runtime",
-            type=click.Choice(RUNTIME_CHOICES),
-        ),
-        setting_option("nv", is_flag=True, flag_value="true"),
+        setting_option("runtime"),
+        setting_option("nv"),
         click.option(
             "-B",
             "--bind",
@@ -33,9 +30,9 @@ def common(func: Any) -> Any:
         setting_option("env_file"),
         setting_option("cwd"),
         setting_option("cache_dir"),
-        setting_option("allow_home_cache", is_flag=True, flag_value="true"),
-        setting_option("dry_run", is_flag=True, flag_value="true"),
-        setting_option("show_secrets", is_flag=True, flag_value="true"),
+        setting_option("allow_home_cache"),
+        setting_option("dry_run"),
+        setting_option("show_secrets"),
         click.argument("image", required=False),
     ]
     for option in reversed(options):
@@ -95,7 +92,7 @@ def _run(
     is_flag=True,
     help="Run CMD as given, not through ctrain launch. [env CTRAIN_LAUNCH=0]",
 )
-@setting_option("image_python", metavar="PATH")
+@setting_option("image_python")
 @click.option(
     "--explain",
     is_flag=True,

@@ -12,7 +12,7 @@ from ctrain.cli._options import setting_option, settings_from
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@setting_option("doctor_network", is_flag=True, flag_value="true", flag="--network")
+@setting_option("doctor_network")
 def doctor(as_json: bool, doctor_network: str | None) -> None:
     """Check this machine: runtime, cache space, Slurm, GPUs, TensorFlow, Horovod.
 

@@ -16,11 +16,11 @@ import click
 
 from ctrain.cli._options import setting_option, settings_from
 from ctrain.errors import ConfigError
-from ctrain.names import DOCKER, ENGINE_RUNTIMES, HOST, PROGRESS_CHOICES, SIF_RUNTIMES
+from ctrain.names import DOCKER, ENGINE_RUNTIMES, HOST, SIF_RUNTIMES
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
-    from ctrain.settings import Settings
+    from ctrain.settings_table import Settings
     from ctrain.util.progress import Reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +54,7 @@ def _reporter(s: Settings, verb: str) -> Reporter:
 
 
 def _cache_options(func: F) -> F:
-    func = setting_option("allow_home_cache", is_flag=True, flag_value="true")(func)
+    func = setting_option("allow_home_cache")(func)
     return setting_option("cache_dir")(func)
 
 
@@ -73,8 +73,8 @@ def _cache_options(func: F) -> F:
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
-@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
-@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
+@setting_option("build_tmpdir")
+@setting_option("progress")
 def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) -> None:
     """Pull REF (default: the `image` setting) as a SIF file, into docker/podman's store, as a
     Charliecloud image directory (docker-daemon:// or docker://, converted by ch-convert), or
@@ -136,7 +136,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
-@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
+@setting_option("build_tmpdir")
 def resolve(image: str | None, **flags: str | None) -> None:
     """Print the image to give `ctrain exec` on every rank of a job (default: the `image` setting).
 
@@ -249,8 +249,8 @@ def cache_clean(older_than: str, dry_run: bool, **flags: str | None) -> None:
 @setting_option("runtime")
 @_cache_options
 @setting_option("min_free_gb")
-@setting_option("build_tmpdir", flag="--tmpdir", metavar="DIR")
-@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
+@setting_option("build_tmpdir")
+@setting_option("progress")
 def build(
     recipe: str,
     output: str | None,
@@ -308,7 +308,7 @@ def build(
 @click.option(
     "--if-present", is_flag=True, help="Push nothing, and succeed, when docker has no IMAGE."
 )
-@setting_option("progress", type=click.Choice(PROGRESS_CHOICES))
+@setting_option("progress")
 def push(image: str, target: str | None, if_present: bool, **flags: str | None) -> None:
     """Push IMAGE from docker's store to its registry; with TARGET (REGISTRY/NAME:TAG), tag
     IMAGE as TARGET first and push that.

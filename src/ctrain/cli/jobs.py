@@ -49,8 +49,8 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=1),
             help="Seconds before the time limit for the SIGUSR2 warning. [template: 300]",
         ),
-        setting_option("check_network", is_flag=True, flag_value="true"),
-        setting_option("profile", metavar="STEPS"),
+        setting_option("check_network"),
+        setting_option("profile"),
     ]
     for option in reversed(options):
         func = option(func)

@@ -8,22 +8,21 @@ import os
 import click
 
 from ctrain.cli._options import setting_option, settings_from
-from ctrain.names import COLLECTIVE_CHOICES, KERAS_CHOICES, MODE_CHOICES, TUNE_CHOICES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@setting_option("mode", type=click.Choice(MODE_CHOICES))
-@setting_option("collective", type=click.Choice(COLLECTIVE_CHOICES))
+@setting_option("mode")
+@setting_option("collective")
 @setting_option("collective_timeout")
 @setting_option("port_base")
-@setting_option("keep_proxies", is_flag=True, flag_value="true")
-@setting_option("quiet", is_flag=True, flag_value="true")
-@setting_option("keras", type=click.Choice(KERAS_CHOICES))
-@setting_option("tune", type=click.Choice(TUNE_CHOICES))
-@setting_option("skip_mpi_check", is_flag=True, flag_value="true")
-@setting_option("profile", metavar="STEPS")
-@setting_option("profile_dir", metavar="DIR")
-@setting_option("profile_ranks", metavar="RANKS")
+@setting_option("keep_proxies")
+@setting_option("quiet")
+@setting_option("keras")
+@setting_option("tune")
+@setting_option("skip_mpi_check")
+@setting_option("profile")
+@setting_option("profile_dir")
+@setting_option("profile_ranks")
 @click.option(
     "--explain",
     is_flag=True,

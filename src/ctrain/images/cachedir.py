@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctrain.errors import ConfigError
-from ctrain.settings import Settings
+from ctrain.settings_table import Settings
 from ctrain.util import fs, locks
 
 RUNTIME_CACHE_ENVS = ("APPTAINER_CACHEDIR", "SINGULARITY_CACHEDIR")

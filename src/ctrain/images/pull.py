@@ -22,7 +22,7 @@ from ctrain.images.enroot import EnrootStore
 from ctrain.images.sif_pull import SifStore
 from ctrain.images.store import PullAsk, Pulling, PullPlan, PullResult, Store
 from ctrain.names import CHARLIECLOUD, ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
-from ctrain.settings import BY_NAME
+from ctrain.settings_table import BY_NAME
 
 STORES: dict[str, Store] = {
     **{name: SifStore() for name in SIF_RUNTIMES},

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal
 from ctrain.errors import ConfigError, SpecError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
 from ctrain.names import CACHED_RUNTIMES, PYXIS, SIF_RUNTIMES, is_remote
-from ctrain.settings import Settings
+from ctrain.settings_table import Settings
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice

@@ -15,16 +15,11 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, choose_window, worker_ports
-from ctrain.launch.profile import (
-    AUTO_RANKS,
-    DEFAULT_PROFILE_DIR,
-    Process,
-    parse_window,
-    profile_environment,
-)
+from ctrain.launch.profile import Process, profile_environment
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, Launched, Mode
-from ctrain.settings import Settings
+from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, parse_window
+from ctrain.settings_table import BY_NAME, Settings
 from ctrain.util.secrets import masked
 
 PROXY_VARIABLES = tuple(
@@ -62,20 +57,9 @@ class LaunchOptions(NamedTuple):
 
     @classmethod
     def from_settings(cls, s: Settings) -> LaunchOptions:
-        return cls(
-            mode=s.mode,
-            collective=s.collective,
-            collective_timeout=s.collective_timeout,
-            port_base=s.port_base,
-            port_base_chosen=s.sources.get("port_base", "default") != "default",
-            keep_proxies=s.keep_proxies,
-            keras=s.keras,
-            tune=s.tune,
-            skip_mpi_check=s.skip_mpi_check,
-            profile=s.profile,
-            profile_dir=s.profile_dir,
-            profile_ranks=s.profile_ranks,
-        )
+        """Each field that names a setting takes its value; port_base_chosen, where it came from."""
+        given = {name: getattr(s, name) for name in cls._fields if name in BY_NAME}
+        return cls(**given, port_base_chosen=s.sources.get("port_base", "default") != "default")
 
 
 class Plan(NamedTuple):

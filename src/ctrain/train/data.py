@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ctrain.errors import DataError
-from ctrain.settings import Settings, resolve
+from ctrain.settings import resolve
+from ctrain.settings_table import Settings
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp")
 SPLIT_NAMES = ("train", "validation", "test")

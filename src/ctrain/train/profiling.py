@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from ctrain.launch.profile import Window, parse_window
 from ctrain.names import (
     ENV_LAUNCH_MODE,
     ENV_LAUNCH_PROFILE,
@@ -27,6 +26,7 @@ from ctrain.names import (
     ENV_WORLD_SIZE,
     Mode,
 )
+from ctrain.profile_window import Window, parse_window
 from ctrain.train import breakdown
 from ctrain.util.fs import write_text
 

@@ -13,7 +13,7 @@ from ctrain.bench import core
 from ctrain.bench import profile as bench_profile
 from ctrain.bench.core import BenchOptions, BenchReport, RunResult
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.launch.profile import parse_window
+from ctrain.profile_window import parse_window
 
 
 def result(workers: int, total: float, mode: str = "multiworker") -> RunResult:

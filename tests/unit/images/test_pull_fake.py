@@ -290,7 +290,7 @@ def files(directory: Path) -> dict[str, bytes | None]:
         ([REF_A, "-o", "nowhere/x.sif"], {}, "does not exist Fix: create it"),
         ([REF_A, "--runtime", "docker", "-o", "x.sif"], {}, "-o/--output has no meaning"),
         ([REF_A, "--runtime", "host"], {}, "has no images to pull"),
-        ([REF_A, "--runtime", "rocket"], {}, "--runtime 'rocket': must be one of"),
+        ([REF_A, "--runtime", "rocket"], {}, "'--runtime': 'rocket' is not one of 'auto'"),
         ([REF_A, "--min-free-gb", "0"], {}, "--min-free-gb '0': must be a positive integer"),
         ([REF_A], {"CTRAIN_CACHE_DIR": ""}, "no directory for the Apptainer cache"),
         ([REF_A], {"CTRAIN_RUNTIME": "nope"}, "CTRAIN_RUNTIME='nope'"),

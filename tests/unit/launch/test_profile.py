@@ -9,21 +9,14 @@ from ctrain.errors import ConfigError, LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import STARTUP_HOOK
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.profile import (
-    MAX_STEPS,
-    Process,
-    Window,
-    parse_window,
-    profile_environment,
-    run_name,
-    traced_ranks,
-)
+from ctrain.launch.profile import Process, profile_environment, run_name, traced_ranks
 from ctrain.names import (
     ENV_LAUNCH_PROFILE,
     ENV_LAUNCH_PROFILE_RUN,
     ENV_LAUNCH_PROFILE_TRACE,
     Mode,
 )
+from ctrain.profile_window import MAX_STEPS, Window, parse_window
 from ctrain.settings import parse_flag, resolve
 from ctrain.util.shipped import shipped_dir
 

@@ -20,7 +20,7 @@ import ctrain
 from ctrain.cli import main
 from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
-from ctrain.settings import BY_NAME
+from ctrain.settings_table import BY_NAME
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from tests.helpers import REPO, need, sandbox

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.launch.profile import Window
 from ctrain.names import Mode
+from ctrain.profile_window import Window
 from ctrain.train.profiling import Profiler, Tools, from_environ
 from ctrain.train.steps import Steps
 
