@@ -66,6 +66,13 @@ def layered(name: str, dockerfile: str, base: str) -> str:
     ).stdout.strip()  # fmt: skip
     text = dockerfile.format(base=base)
     tag = f"ctrain-test/{name}:{hashlib.sha256((text + base_id).encode()).hexdigest()[:12]}"
+    # An earlier generation (another base, another recipe) would keep its base's 3 GB alive.
+    listed = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"ctrain-test/{name}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    for stale in set(listed) - {tag}:
+        subprocess.run(["docker", "rmi", stale], capture_output=True, timeout=120)
     have = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60)
     if have.returncode != 0:
         done = subprocess.run(
@@ -235,6 +242,7 @@ def foreign_tf_in_podman(foreign_tf: str) -> Iterator[str]:
     finally:
         if present(ref):
             podman("rmi", ref, check=False)
+        subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)  # the tag only
 
 
 @pytest.mark.podman
