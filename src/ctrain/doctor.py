@@ -14,11 +14,12 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ctrain import matrix
+from ctrain.checkline import Check
 from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
@@ -29,7 +30,6 @@ from ctrain.settings_table import Settings
 from ctrain.train import cudalibs
 from ctrain.util import fs, proc
 
-Status = Literal["PASS", "WARN", "FAIL"]
 PROBE_TIMEOUT = 120.0
 TOOL_TIMEOUT = 30.0
 INSTALL_FIX = "`make install`, or run inside the ctrain image"
@@ -56,14 +56,6 @@ import horovod.tensorflow as hvd
 print(json.dumps({"version": horovod.__version__, "mpi": bool(hvd.mpi_built()),
                   "gloo": bool(hvd.gloo_built()), "nccl": int(hvd.nccl_built())}))
 """
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
 
 
 def parse_version(text: str) -> str:
@@ -372,11 +364,11 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
         ("slurm", lambda: check_slurm(environ)),
         ("gpus", lambda: check_gpus(gpus, environ)),
         ("gpu-code", lambda: Check("gpu-code", *code_verdict(environ))),
-        ("cuda-libs", lambda: Check("cuda-libs", *cudalibs.doctor_row(environ, bool(gpus)))),
+        ("cuda-libs", lambda: cudalibs.doctor_check(environ, bool(gpus))),
         ("tensorflow", lambda: check_tensorflow(environ, gpus)),
         ("horovod", lambda: check_horovod(environ, gpus)),
         ("mpi", lambda: check_mpi(environ)),
-        ("mpi-match", lambda: Check("mpi-match", *mpilibs.doctor_row(environ))),
+        ("mpi-match", lambda: mpilibs.doctor_check(environ)),
     ]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(guarded, name, check) for name, check in checks]

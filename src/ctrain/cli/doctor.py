@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from ctrain.cli._options import setting_option, settings_from
+
+if TYPE_CHECKING:
+    from ctrain.checkline import Check
 
 
 @click.command()
@@ -25,7 +30,7 @@ def doctor(as_json: bool, doctor_network: str | None) -> None:
     if settings.doctor_network:
         from ctrain.network.check import run_checks
 
-        results = [checks.Check(*found) for found in run_checks(os.environ)]
+        results: Sequence[Check] = run_checks(os.environ)
     else:
         results = checks.run_checks(os.environ, settings)
     click.echo(checks.render(results, as_json))

@@ -12,11 +12,11 @@ runs a process.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from ctrain.checkline import Status
 from ctrain.matrix import GpuCode
 
-Status = Literal["PASS", "WARN", "FAIL"]
 # nvidia-smi's arguments for the answer ``parse_query`` reads; compute_cap needs a driver >= 510.
 QUERY = ("--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader")
 # The image that has TensorFlow code for Blackwell (CUDA 12.8; docs/images.md).

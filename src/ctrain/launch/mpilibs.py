@@ -16,8 +16,8 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
 
+from ctrain.checkline import Check, Status
 from ctrain.errors import LaunchError
 from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict, unchecked, verdict
 from ctrain.names import Mode
@@ -128,13 +128,13 @@ def enforce(found: Verdict, rank: int) -> None:
         print(found.line(), file=sys.stderr, flush=True)
 
 
-def doctor_row(environ: Mapping[str, str]) -> tuple[Literal["PASS", "WARN", "FAIL"], str, str]:
-    """``ctrain doctor``'s line: (PASS, WARN or FAIL, detail, fix), as a Horovod rank here."""
+def doctor_check(environ: Mapping[str, str]) -> Check:
+    """``ctrain doctor``'s mpi-match line, as a Horovod rank here."""
     image = image_mpi(environ)
     here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
     found = verdict(Mode.HOROVOD, environ, image)
-    status: Literal["PASS", "WARN", "FAIL"] = (
+    status: Status = (
         "PASS" if found.status == PROCEED else "WARN" if found.status == WARN else "FAIL"
     )
     detail = found.message if found.checked else f"{here}; {found.message}"
-    return status, detail, found.fix
+    return Check("mpi-match", status, detail, found.fix)

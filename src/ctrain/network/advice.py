@@ -4,12 +4,12 @@ with its fix. The decision table is tested as a whole (tests/unit/network/test_a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from ctrain.checkline import Check
 from ctrain.network.nccl import RankReport
 from ctrain.network.rdma import Device, Visibility
 
-Status = Literal["PASS", "WARN", "FAIL"]
 # The variables that steer NCCL's choice of network, shown and judged.
 NCCL_VARIABLES = ("NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_NET", "NCCL_SOCKET_IFNAME")
 NO_GPUS = "no GPUs: NCCL not checked"
@@ -26,15 +26,6 @@ SOCKET_IFNAME_FIX = (
     "sockets are all there is: set NCCL_SOCKET_IFNAME to the fast interface "
     "(`ip -br addr` lists them; e.g. NCCL_SOCKET_IFNAME=ib0 or =eth1)"
 )
-
-
-class Finding(NamedTuple):
-    """One line of the check, in doctor's fields (name, status, detail, fix)."""
-
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
 
 
 class NcclOutcome(NamedTuple):
@@ -101,50 +92,50 @@ def env_problems(env: Mapping[str, str], devices: tuple[Device, ...]) -> list[tu
     return found
 
 
-def check_host(facts: Facts) -> Finding:
+def check_host(facts: Facts) -> Check:
     devices = facts.devices
     ifname = facts.env.get("NCCL_SOCKET_IFNAME")
     if not devices:
         detail = "no RDMA devices (/sys/class/infiniband is empty): NCCL uses TCP sockets"
         if ifname:
-            return Finding("rdma", "PASS", f"{detail} on NCCL_SOCKET_IFNAME={ifname}")
-        return Finding("rdma", "WARN", detail, SOCKET_IFNAME_FIX)
+            return Check("rdma", "PASS", f"{detail} on NCCL_SOCKET_IFNAME={ifname}")
+        return Check("rdma", "WARN", detail, SOCKET_IFNAME_FIX)
     listed = "; ".join(d.describe() for d in devices)
     if not any(d.active for d in devices):
         fix = "a link is down: ask the site (ibstat shows the ports); NCCL uses sockets until then"
-        return Finding("rdma", "WARN", f"{listed}: no port ACTIVE", fix)
-    return Finding("rdma", "PASS", listed)
+        return Check("rdma", "WARN", f"{listed}: no port ACTIVE", fix)
+    return Check("rdma", "PASS", listed)
 
 
-def check_view(facts: Facts) -> Finding:
+def check_view(facts: Facts) -> Check:
     """Whether this process can use the host's active devices: device files, libraries."""
     seen, place = facts.seen, where(facts.seen)
     if not any(d.active for d in facts.devices):
-        return Finding("rdma-view", "PASS", f"no active RDMA device to see; {place}")
+        return Check("rdma-view", "PASS", f"no active RDMA device to see; {place}")
     if not seen.uverbs:
         detail = f"the host has active RDMA devices but /dev/infiniband/uverbs* is missing; {place}"
-        return Finding("rdma-view", "FAIL", detail, BIND_FIX)
+        return Check("rdma-view", "FAIL", detail, BIND_FIX)
     if not seen.libibverbs:
-        return Finding("rdma-view", "FAIL", f"libibverbs.so.1 not found; {place}", PROVIDERS_FIX)
+        return Check("rdma-view", "FAIL", f"libibverbs.so.1 not found; {place}", PROVIDERS_FIX)
     if not seen.drivers or not seen.providers:
         missing = "/etc/libibverbs.d/*.driver" if not seen.drivers else "libibverbs/*-rdmav*.so"
         detail = f"no libibverbs providers ({missing} missing); {place}"
-        return Finding("rdma-view", "FAIL", detail, PROVIDERS_FIX)
+        return Check("rdma-view", "FAIL", detail, PROVIDERS_FIX)
     detail = (
         f"{len(seen.uverbs)} uverbs device(s), {seen.libibverbs[0]}, "
         f"{len(seen.providers)} provider(s); {place}"
     )
-    return Finding("rdma-view", "PASS", detail)
+    return Check("rdma-view", "PASS", detail)
 
 
-def check_env(facts: Facts) -> Finding:
+def check_env(facts: Facts) -> Check:
     shown = ", ".join(f"{n}={facts.env[n]}" for n in NCCL_VARIABLES if n in facts.env)
     detail = shown or "no NCCL network variable set"
     problems = env_problems(facts.env, facts.devices)
     if problems:
         why = "; ".join(p for p, _ in problems)
-        return Finding("nccl-env", "WARN", f"{detail}: {why}", "; ".join(f for _, f in problems))
-    return Finding("nccl-env", "PASS", detail)
+        return Check("nccl-env", "WARN", f"{detail}: {why}", "; ".join(f for _, f in problems))
+    return Check("nccl-env", "PASS", detail)
 
 
 def socket_fix(facts: Facts, reports: tuple[RankReport, ...]) -> str:
@@ -162,11 +153,11 @@ def socket_fix(facts: Facts, reports: tuple[RankReport, ...]) -> str:
     )
 
 
-def check_nccl(facts: Facts) -> Finding:
+def check_nccl(facts: Facts) -> Check:
     outcome = facts.nccl
     if outcome.gpus == 0:
         fix = "run it on GPU nodes: srun --gpus-per-node=N ctrain exec --nv IMAGE -- ..."
-        return Finding("nccl", "WARN", NO_GPUS, fix)
+        return Check("nccl", "WARN", NO_GPUS, fix)
     reports = outcome.reports
     said = "; ".join(r.describe() for r in reports)
     if outcome.error:
@@ -178,21 +169,21 @@ def check_nccl(facts: Facts) -> Finding:
             "run it in the GPU image (srun ctrain exec --nv IMAGE -- ctrain doctor --network); "
             "NCCL_DEBUG=INFO on a training run shows NCCL's own reason"
         )
-        return Finding("nccl", "FAIL", detail, fix)
+        return Check("nccl", "FAIL", detail, fix)
     if not reports:
         why = f"{outcome.gpus} GPU(s), but the allreduce printed no NCCL line (one GPU needs none)"
-        return Finding("nccl", "WARN", why, "run it with 2 or more GPUs or ranks")
+        return Check("nccl", "WARN", why, "run it with 2 or more GPUs or ranks")
     active = [d.name for d in facts.devices if d.active]
     sockets = [r for r in reports if r.uses_socket]
     if sockets and active:
         who = ", ".join(r.who() for r in sockets)
         detail = f"{who}: NET/Socket although {', '.join(active)} active; {said}"
-        return Finding("nccl", "FAIL", detail, socket_fix(facts, reports))
+        return Check("nccl", "FAIL", detail, socket_fix(facts, reports))
     if not any(r.net_transports for r in reports):
-        return Finding("nccl", "PASS", f"{said} (one node: no network used)")
-    return Finding("nccl", "PASS", said)
+        return Check("nccl", "PASS", f"{said} (one node: no network used)")
+    return Check("nccl", "PASS", said)
 
 
-def advise(facts: Facts) -> tuple[Finding, ...]:
+def advise(facts: Facts) -> tuple[Check, ...]:
     """Every line of the network check, in display order."""
     return (check_host(facts), check_view(facts), check_env(facts), check_nccl(facts))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
+from ctrain.checkline import Check
 from ctrain.errors import CtrainError
 from ctrain.launch.gpus import list_gpus
 from ctrain.names import ENV_LAUNCH_MODE, Launched, Mode
@@ -98,6 +99,6 @@ def gather(
     )
 
 
-def run_checks(environ: Mapping[str, str]) -> tuple[advice.Finding, ...]:
+def run_checks(environ: Mapping[str, str]) -> tuple[Check, ...]:
     """The network check's lines for this machine and this rank."""
     return advice.advise(gather(environ))

@@ -25,8 +25,9 @@ import struct
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from ctrain.checkline import Check
 from ctrain.util import proc
 
 # CUDA 12 builds of TensorFlow: the dso_loader's names with TF_*_VERSION of its CUDA 12 build,
@@ -117,11 +118,11 @@ def open_library(name: str, paths: list[str]) -> dict[str, str | None]:
     return {"name": name, "how": None, "path": error}
 
 
-Row = tuple[Literal["PASS", "WARN", "FAIL"], str, str]
+NAME = "cuda-libs"  # ctrain doctor's line
 PROBE_TIMEOUT = 120.0
 
 
-def judge(report: Mapping[str, Any], gpus: bool) -> Row:
+def judge(report: Mapping[str, Any], gpus: bool) -> Check:
     """``ctrain doctor``'s cuda-libs line from this module's report; ``gpus``: nvidia-smi lists
     some."""
     libraries = report["libraries"]
@@ -129,10 +130,13 @@ def judge(report: Mapping[str, Any], gpus: bool) -> Row:
     if len(missing) == len(libraries):
         detail = f"none of TensorFlow's {len(libraries)} CUDA 12 libraries opens here"
         fix = "use ctrain's GPU image, or pip install 'tensorflow[and-cuda]'"
-        return ("WARN", detail, fix) if gpus else ("PASS", f"{detail} (a CPU install)", "")
+        if gpus:
+            return Check(NAME, "WARN", detail, fix)
+        return Check(NAME, "PASS", f"{detail} (a CPU install)")
     if missing:
         why = next(e["path"] for e in libraries if not e["how"])
-        return (
+        return Check(
+            NAME,
             "FAIL",
             f"TensorFlow cannot open {', '.join(missing)} ({why})",
             "give the loader their directories: a file in /etc/ld.so.conf.d and ldconfig (an "
@@ -140,17 +144,19 @@ def judge(report: Mapping[str, Any], gpus: bool) -> Row:
         )
     by_path = sum(1 for entry in libraries if entry["how"] != "loader")
     how = f", {by_path} through TensorFlow's run paths" if by_path else ""
-    return "PASS", f"all {len(libraries)} CUDA libraries TensorFlow opens open by name{how}", ""
+    return Check(
+        NAME, "PASS", f"all {len(libraries)} CUDA libraries TensorFlow opens open by name{how}"
+    )
 
 
-def doctor_row(environ: Mapping[str, str], gpus: bool) -> Row:
+def doctor_check(environ: Mapping[str, str], gpus: bool) -> Check:
     """Run this module in a child of this Python (nothing of CUDA loads into the doctor) and
     judge its report."""
     done = proc.run([sys.executable, "-m", __name__], environ, timeout=PROBE_TIMEOUT)
     try:
         return judge(json.loads(done.stdout), gpus)
     except (ValueError, KeyError, TypeError):
-        return "FAIL", f"the library check said: {proc.failure(done)}", "report a bug"
+        return Check(NAME, "FAIL", f"the library check said: {proc.failure(done)}", "report a bug")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -132,17 +132,18 @@ def test_a_refusal_raises_on_every_rank_and_a_warning_prints_on_rank_0_only(
 
 def test_doctor_reports_this_sides_mpi_and_the_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     record = {mpilibs.RECORD: "openmpi=4.1.4,pmix=4.2.2"}
-    status, detail, fix = mpilibs.doctor_row(record)
-    assert status == "PASS" and fix == ""
-    assert detail == (
+    found = mpilibs.doctor_check(record)
+    assert (found.name, found.status, found.fix) == ("mpi-match", "PASS", "")
+    assert found.detail == (
         f"Open MPI 4.1.4, PMIx 4.2.2 ({mpilibs.RECORD}); "
         "not checked: no PMIx server or Open MPI mpirun set this rank up"
     )
-    assert mpilibs.doctor_row({**record, **LAUNCHERS["slurm-pmix4"]})[0] == "PASS"
-    status, detail, fix = mpilibs.doctor_row({**record, **LAUNCHERS["slurm-pmix3"]})
-    assert status == "WARN" and "PMIx 3.2.3" in detail and "PMIX_MCA_gds=hash" in fix
-    status, detail, fix = mpilibs.doctor_row({**record, **LAUNCHERS["prrte-5.0"]})
-    assert status == "FAIL" and "does not mix major releases" in detail and fix
+    assert mpilibs.doctor_check({**record, **LAUNCHERS["slurm-pmix4"]}).status == "PASS"
+    found = mpilibs.doctor_check({**record, **LAUNCHERS["slurm-pmix3"]})
+    assert found.status == "WARN" and "PMIx 3.2.3" in found.detail
+    assert "PMIX_MCA_gds=hash" in found.fix
+    found = mpilibs.doctor_check({**record, **LAUNCHERS["prrte-5.0"]})
+    assert found.status == "FAIL" and "does not mix major releases" in found.detail and found.fix
 
 
 # ---- the real CLI: `ctrain launch` in a fresh interpreter, the image's MPI given as a record

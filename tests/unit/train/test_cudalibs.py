@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ctrain.checkline import Check
 from ctrain.train import cudalibs
 
 
@@ -86,24 +87,20 @@ def report(*hows: str | None) -> dict[str, object]:
 
 
 def test_doctor_lines() -> None:
-    assert cudalibs.judge(report("loader", "loader"), gpus=True) == (
-        "PASS",
-        "all 2 CUDA libraries TensorFlow opens open by name",
-        "",
+    assert cudalibs.judge(report("loader", "loader"), gpus=True) == Check(
+        "cuda-libs", "PASS", "all 2 CUDA libraries TensorFlow opens open by name"
     )
-    assert cudalibs.judge(report("loader", "tensorflow run path"), gpus=True)[1] == (
+    assert cudalibs.judge(report("loader", "tensorflow run path"), gpus=True).detail == (
         "all 2 CUDA libraries TensorFlow opens open by name, 1 through TensorFlow's run paths"
     )
-    status, detail, fix = cudalibs.judge(report("loader", None, None), gpus=True)
-    assert status == "FAIL"
-    assert detail == (
+    failed = cudalibs.judge(report("loader", None, None), gpus=True)
+    assert failed.status == "FAIL"
+    assert failed.detail == (
         "TensorFlow cannot open libcublas.so.12, libcublasLt.so.12 "
         "(libcublas.so.12: cannot open shared object file)"
     )
-    assert "/etc/ld.so.conf.d" in fix and "LD_LIBRARY_PATH" in fix
-    assert cudalibs.judge(report(None, None), gpus=False) == (
-        "PASS",
-        "none of TensorFlow's 2 CUDA 12 libraries opens here (a CPU install)",
-        "",
+    assert "/etc/ld.so.conf.d" in failed.fix and "LD_LIBRARY_PATH" in failed.fix
+    assert cudalibs.judge(report(None, None), gpus=False) == Check(
+        "cuda-libs", "PASS", "none of TensorFlow's 2 CUDA 12 libraries opens here (a CPU install)"
     )
-    assert cudalibs.judge(report(None, None), gpus=True)[0] == "WARN"
+    assert cudalibs.judge(report(None, None), gpus=True).status == "WARN"
