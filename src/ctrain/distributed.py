@@ -30,10 +30,10 @@ from ctrain.errors import ConfigError, LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import LEGACY_KERAS, tf_keras_chosen
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.profile import profile_environment
+from ctrain.launch.profile import profiled
 from ctrain.launch.start import script_imports_keras, this_process
-from ctrain.names import ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE, Mode
 from ctrain.names import Launched as Launched
+from ctrain.names import Mode
 from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, check_ranks, parse_window
 from ctrain.settings import resolve
 from ctrain.train import profiling
@@ -258,7 +258,7 @@ class Context:
                 )
             found.profiler.window = window
             return
-        env = profile_environment(
+        decided = profiled(
             window,
             ranks,
             str(directory),
@@ -268,9 +268,8 @@ class Context:
             os.environ,
             this_process(),
         )
-        traces = env[ENV_LAUNCH_PROFILE_TRACE] == "1"
-        run = Path(env[ENV_LAUNCH_PROFILE_RUN])
-        profiler = profiling.Profiler(window, run, self.rank, self.size, traces, self.mode)
+        run = Path(decided.run)
+        profiler = profiling.Profiler(window, run, self.rank, self.size, decided.trace, self.mode)
         step_hooks.arm(profiler)
 
     def load_dataset(

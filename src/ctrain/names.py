@@ -173,6 +173,31 @@ ENV_LAUNCH_PROFILE_RUN = "CTRAIN_LAUNCH_PROFILE_RUN"  # the run's profile direct
 ENV_LAUNCH_PROFILE_TRACE = "CTRAIN_LAUNCH_PROFILE_TRACE"  # 1: this rank writes a trace
 
 
+class Profiled(NamedTuple):
+    """What ``ctrain launch --profile`` decided for this process, as the script reads it: the
+    traced steps (FIRST-LAST), the run's profile directory (absolute), whether it traces."""
+
+    steps: str
+    run: str
+    trace: bool
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            ENV_LAUNCH_PROFILE: self.steps,
+            ENV_LAUNCH_PROFILE_RUN: self.run,
+            ENV_LAUNCH_PROFILE_TRACE: "1" if self.trace else "0",
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Profiled | None:
+        """The launch's profile, or None when it traces nothing in this process."""
+        steps = environ.get(ENV_LAUNCH_PROFILE)
+        if not steps or ENV_LAUNCH_PROFILE_RUN not in environ:
+            return None
+        trace = environ.get(ENV_LAUNCH_PROFILE_TRACE) == "1"
+        return cls(steps, environ[ENV_LAUNCH_PROFILE_RUN], trace)
+
+
 class Launched(NamedTuple):
     """What ``ctrain launch`` decided for this process, as the script reads it."""
 

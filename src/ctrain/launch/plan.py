@@ -69,6 +69,7 @@ class Plan(NamedTuple):
     ports: tuple[int, ...]  # the port of each rank (multiworker), by rank
     gpus: tuple[str, ...]  # the GPUs this rank uses
     collective: str
+    collective_timeout: int  # seconds; also the Horovod rendezvous' wait (launch/start.py)
     tf_config: dict[str, Any] | None
     env_set: dict[str, str]
     env_unset: tuple[str, ...]
@@ -353,6 +354,7 @@ def make_plan(
         ports,
         gpus,
         collective,
+        options.collective_timeout,
         tf_config,
         env_set,
         env_unset,

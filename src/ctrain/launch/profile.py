@@ -22,12 +22,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ctrain.errors import LaunchError
-from ctrain.names import (
-    ENV_LAUNCH_PROFILE,
-    ENV_LAUNCH_PROFILE_RUN,
-    ENV_LAUNCH_PROFILE_TRACE,
-    Mode,
-)
+from ctrain.names import Mode, Profiled
 from ctrain.profile_window import ALL_RANKS, AUTO_RANKS, Window, check_ranks
 
 
@@ -82,6 +77,23 @@ def run_name(environ: Mapping[str, str], size: int, pid: int, ppid: int) -> str:
     return f"pid{pid}" if size == 1 else f"ppid{ppid}"
 
 
+def profiled(
+    window: Window,
+    ranks: str,
+    directory: str,
+    mode: Mode,
+    rank: int,
+    size: int,
+    environ: Mapping[str, str],
+    process: Process,
+) -> Profiled:
+    """What a rank's training script needs to trace: the window, its run directory (absolute,
+    so a script that changes directory writes to the same place), whether this rank traces."""
+    run = os.path.join(process.cwd, directory, run_name(environ, size, process.pid, process.ppid))
+    trace = rank in traced_ranks(ranks, size, mode)
+    return Profiled(str(window), os.path.normpath(run), trace)
+
+
 def profile_environment(
     window: Window,
     ranks: str,
@@ -92,15 +104,9 @@ def profile_environment(
     environ: Mapping[str, str],
     process: Process,
 ) -> dict[str, str]:
-    """What a rank's training script needs to trace: the window, its run directory (absolute,
-    so a script that changes directory writes to the same place), whether this rank traces,
-    and Horovod's dynamic timeline (started and stopped at the window's edges)."""
-    run = os.path.join(process.cwd, directory, run_name(environ, size, process.pid, process.ppid))
-    env = {
-        ENV_LAUNCH_PROFILE: str(window),
-        ENV_LAUNCH_PROFILE_RUN: os.path.normpath(run),
-        ENV_LAUNCH_PROFILE_TRACE: "1" if rank in traced_ranks(ranks, size, mode) else "0",
-    }
+    """``profiled`` as the launch hands it over, and Horovod's dynamic timeline (started and
+    stopped at the window's edges)."""
+    env = profiled(window, ranks, directory, mode, rank, size, environ, process).to_env()
     if mode is Mode.HOROVOD and "HOROVOD_TIMELINE" not in environ:
         env["HOROVOD_TIMELINE"] = "DYNAMIC"
     return env

@@ -22,7 +22,7 @@ from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
-from ctrain.names import ENV_CARRIED, ENV_LAUNCH_COLLECTIVE_TIMEOUT, KERAS_2, Mode
+from ctrain.names import ENV_CARRIED, KERAS_2, Mode
 from ctrain.util import proc
 from ctrain.util.secrets import masked
 
@@ -218,7 +218,7 @@ def exec_plan(
         raise LaunchError("no command given", "put it after --: ctrain launch -- python train.py")
     if plan.ports:
         _check_port_free(plan.ports[plan.place.rank])
-    meet(plan, environ, float(plan.env_set[ENV_LAUNCH_COLLECTIVE_TIMEOUT]))
+    meet(plan, environ, float(plan.collective_timeout))
     if plan.place.rank == 0 and not quiet:
         print(plan.banner(), file=sys.stderr, flush=True)
         if plan.port_window is not None and plan.port_window.moved:

@@ -17,15 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from ctrain.names import (
-    ENV_LAUNCH_MODE,
-    ENV_LAUNCH_PROFILE,
-    ENV_LAUNCH_PROFILE_RUN,
-    ENV_LAUNCH_PROFILE_TRACE,
-    ENV_RANK,
-    ENV_WORLD_SIZE,
-    Mode,
-)
+from ctrain.names import Launched, Mode, Profiled
 from ctrain.profile_window import Window, parse_window
 from ctrain.train import breakdown
 from ctrain.util.fs import write_text
@@ -192,14 +184,9 @@ def rank_times(folder: Path, size: int, deadline: float) -> list[breakdown.RankT
 
 def from_environ(environ: Mapping[str, str]) -> Profiler | None:
     """The profiler ``ctrain launch --profile`` asked for in this process, if any."""
-    steps = environ.get(ENV_LAUNCH_PROFILE)
-    if not steps or ENV_LAUNCH_PROFILE_RUN not in environ:
+    decided = Profiled.from_env(environ)
+    if decided is None:
         return None
-    return Profiler(
-        parse_window(steps),
-        Path(environ[ENV_LAUNCH_PROFILE_RUN]),
-        int(environ.get(ENV_RANK, "0")),
-        int(environ.get(ENV_WORLD_SIZE, "1")),
-        environ.get(ENV_LAUNCH_PROFILE_TRACE) == "1",
-        Mode(environ.get(ENV_LAUNCH_MODE, Mode.SINGLE.value)),
-    )
+    launched = Launched.from_env(environ) or Launched(Mode.SINGLE, 0, 1, 0, 1, "", 0)
+    window, run = parse_window(decided.steps), Path(decided.run)
+    return Profiler(window, run, launched.rank, launched.size, decided.trace, launched.mode)

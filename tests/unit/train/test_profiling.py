@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.names import Mode
+from ctrain.names import Launched, Mode, Profiled
 from ctrain.profile_window import Window
 from ctrain.train.profiling import Profiler, Tools, from_environ
 from ctrain.train.steps import Steps
@@ -110,16 +110,9 @@ def test_a_window_cut_short_is_closed_at_exit(tmp_path: Path) -> None:
 
 def test_no_profiler_without_the_launchs_variables() -> None:
     assert from_environ({}) is None
-    found = from_environ(
-        {
-            "CTRAIN_LAUNCH_PROFILE": "4-6",
-            "CTRAIN_LAUNCH_PROFILE_RUN": "/p/run",
-            "CTRAIN_LAUNCH_PROFILE_TRACE": "0",
-            "CTRAIN_RANK": "2",
-            "CTRAIN_WORLD_SIZE": "3",
-            "CTRAIN_LAUNCH_MODE": "horovod",
-        }
-    )
+    launched = Launched(Mode.HOROVOD, 2, 3, 0, 1, "auto", 600).to_env()
+    assert from_environ(launched) is None  # launched, but not asked to profile
+    found = from_environ({**launched, **Profiled("4-6", "/p/run", False).to_env()})
     assert found is not None
     assert (found.window, found.run, found.rank, found.size, found.trace, found.mode) == (
         Window(4, 6),

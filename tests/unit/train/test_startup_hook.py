@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ctrain.launch.keras import STARTUP_HOOK
+from ctrain.names import Launched, Mode, Profiled
 from ctrain.util.shipped import shipped_dir
 
 PROBE = (
@@ -18,12 +19,12 @@ PROBE = (
     "print(after_import.waiting_for(steps.FUNCTION))\n"
     "print(getattr(sys.modules.get('sitecustomize'), '__file__', None))\n"
 )
-MULTIWORKER_KERAS3 = {"CTRAIN_LAUNCH_MODE": "multiworker", "TF_USE_LEGACY_KERAS": "0"}
-PROFILE = {
-    "CTRAIN_LAUNCH_PROFILE": "3-4",
-    "CTRAIN_LAUNCH_PROFILE_RUN": "/nonexistent/run",
-    "CTRAIN_LAUNCH_PROFILE_TRACE": "1",
+# what ctrain launch hands a rank (names.Launched, names.Profiled)
+MULTIWORKER_KERAS3 = {
+    **Launched(Mode.MULTIWORKER, 0, 2, 0, 1, "auto", 600).to_env(),
+    "TF_USE_LEGACY_KERAS": "0",
 }
+PROFILE = Profiled("3-4", "/nonexistent/run", True).to_env()
 LAUNCH = ("CTRAIN_LAUNCH_", "TF_USE_LEGACY_KERAS", "PYTHONPATH")
 
 
