@@ -94,11 +94,11 @@ lint:  ## ruff check and format, mypy --strict on src, shellcheck on every track
 
 # The pure core by area (mutant-name patterns; the files are [tool.mutmut] source_paths). Of
 # images/overlay.py and util/fs.py only the size parsing and formatting functions.
-MUTANTS_launch = ctrain.launch.*
+MUTANTS_launch = ctrain.launch.* ctrain.profile_window.*
 MUTANTS_container = ctrain.container.* ctrain.releases.* ctrain.references.* ctrain.util.envpairs.*
 MUTANTS_images = ctrain.images.sif.* ctrain.images.overlay.x_parse_size__* \
   ctrain.images.overlay.x_parse_inodes__* ctrain.images.overlay.x_max_inodes__* ctrain.util.fs.x_human__*
-MUTANTS_settings = ctrain.settings.*
+MUTANTS_settings = ctrain.settings.* ctrain.settings_table.*
 MUTANTS_train = ctrain.train.breakdown.*
 AREA ?= launch container images settings train
 MUTANTS = $(foreach area,$(AREA),$(or $(MUTANTS_$(area)),$(error unknown AREA $(area))))
