@@ -244,21 +244,3 @@ def test_main_exits_2_with_one_line(argv: list[str], message: str) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("matrix: error: ") and done.stderr.count("\n") == 1
     assert message in done.stderr
-
-
-def test_readme_version_table_is_the_matrix() -> None:
-    """README's table of the matrix (written by hand for the front page): one row per row of
-    matrix.toml, in its order, with its TensorFlow, tf-keras, Horovod and GPU wheels."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("| TensorFlow | tf-keras |") :].split("\n\n", 1)[0]
-    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
-    found = [[cell.strip(" *") for cell in row.strip("|").split("|")][:4] for row in rows]
-    wanted = []
-    for row in matrix.load():
-        wheels = row.cuda_wheels
-        gpu = " / ".join(
-            wheels[name]
-            for name in ("nvidia-cuda-runtime-cu12", "nvidia-cudnn-cu12", "nvidia-nccl-cu12")
-        )
-        wanted.append([row.tensorflow, row.tf_keras, row.horovod, gpu])
-    assert [[cells[0].split()[0].strip("*"), *cells[1:]] for cells in found] == wanted

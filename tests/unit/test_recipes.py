@@ -315,24 +315,3 @@ def test_cuda_pins_satisfy_the_installed_tensorflows_and_cuda_extra() -> None:
     assert allowed.keys() == row.cuda_wheels.keys()
     for name, pin in row.cuda_wheels.items():
         assert pin in allowed[name], (name, pin, str(allowed[name]))
-
-
-def test_the_docs_matrix_tables_are_the_matrix() -> None:
-    """docs/images.md's "Versions: the matrix": a GPU table, then a CPU table, a row per TensorFlow
-    in the matrix's order."""
-    text = (REPO / "docs" / "images.md").read_text()
-    section = text.split("## Versions: the matrix", 1)[1].split("\n## ", 1)[0]
-    cells = [
-        [cell.strip() for cell in line.strip("|").split("|")]
-        for line in section.splitlines()
-        if re.match(r"^\| \d", line)
-    ]
-    wanted = []
-    for flavour in matrix.FLAVOURS:
-        for number, row in enumerate(ROWS):
-            pins = matrix.pins(row, flavour)
-            names = ["KERAS_VERSION", "TFDS_VERSION", "HOROVOD_VERSION", "CUDA_VERSION"]
-            names += ["CUDNN_VERSION", "NCCL_VERSION", "OPENMPI_VERSION"]
-            first = row.tensorflow + (" (default)" if number == 0 else "")
-            wanted.append([first, *(pins[name] for name in names)])
-    assert cells[: len(wanted)] == wanted
