@@ -76,7 +76,7 @@ def test_pull_imports_once_into_the_cache(ref: str, tmp_path: Path) -> None:
     done = run_ctrain("pull", "--runtime", "pyxis", ref, env=env, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
     target = pull.plan(
-        PullAsk(ref, "pyxis", "enroot", None, tmp_path / "cache", False, Path.is_dir)
+        PullAsk(ref=ref, runtime="pyxis", program="enroot", cache_root=tmp_path / "cache")
     ).target
     assert target is not None and done.stdout.startswith(f"pulled {enroot.import_uri(ref)}")
     assert enroot.target_state(target).problem is None
@@ -123,7 +123,7 @@ def test_an_interrupted_import_leaves_no_file(ref: str, tmp_path: Path) -> None:
 def test_a_pull_waits_for_the_lock(ref: str, tmp_path: Path) -> None:
     env, images, log = setup(tmp_path)
     target = pull.plan(
-        PullAsk(ref, "pyxis", "enroot", None, tmp_path / "cache", False, Path.is_dir)
+        PullAsk(ref=ref, runtime="pyxis", program="enroot", cache_root=tmp_path / "cache")
     ).target
     assert target is not None
     images.mkdir(parents=True)

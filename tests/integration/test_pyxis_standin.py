@@ -102,7 +102,9 @@ def test_multiworker_job_through_pyxis(
     assert first == second
     assert len(fake_pyxis.calls(imports)) == 1  # once, in the batch step, not once per node
     sqsh = pull.plan(
-        PullAsk(registry_image, "pyxis", "enroot", None, tmp_path / "cache", False, Path.is_dir)
+        PullAsk(
+            ref=registry_image, runtime="pyxis", program="enroot", cache_root=tmp_path / "cache"
+        )
     ).target
     tasks = fake_pyxis.calls(calls)
     assert sorted(str(t["task"]) for t in tasks) == ["0", "1"]

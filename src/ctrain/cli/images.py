@@ -91,7 +91,6 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     its layers' progress: a bar on a terminal, one line per finished layer otherwise;
     apptainer's own output is passed through (--progress off: neither).
     """
-    from pathlib import Path
 
     from ctrain.images import cachedir
     from ctrain.images import pull as pulling
@@ -102,7 +101,14 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     reference = ref if ref is not None else s.image
     choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
     plan = pulling.plan(
-        PullAsk(reference, runtime, program, output, choice.path, force, Path.is_dir)
+        PullAsk(
+            ref=reference,
+            runtime=runtime,
+            program=program,
+            output=output,
+            cache_root=choice.path,
+            force=force,
+        )
     )
     cachedir.ensure_dirs(choice)
     min_free_gb = s.min_free_gb

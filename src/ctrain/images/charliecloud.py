@@ -111,7 +111,14 @@ class CharliecloudStore(FileStore):
         target = asked.cache_root / CH_DIR / safe_name(checked)
         record, lock = sidecar_of(target), lock_of(target)
         return PullPlan(
-            checked, CHARLIECLOUD, asked.program, target, record, lock, True, asked.force
+            ref=checked,
+            runtime=CHARLIECLOUD,
+            program=asked.program,
+            target=target,
+            record=record,
+            lock=lock,
+            owned=True,
+            force=asked.force,
         )
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:

@@ -48,7 +48,14 @@ class EngineStore:
         record = asked.cache_root / ENGINE_DIR / f"{safe_name(checked)}.json"
         lock = record.with_suffix(".lock")
         return PullPlan(
-            checked, asked.runtime, asked.program, None, record, lock, True, asked.force
+            ref=checked,
+            runtime=asked.runtime,
+            program=asked.program,
+            target=None,
+            record=record,
+            lock=lock,
+            owned=True,
+            force=asked.force,
         )
 
     def recorded(self, plan: PullPlan) -> bool:

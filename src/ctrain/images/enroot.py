@@ -123,7 +123,16 @@ class EnrootStore(FileStore):
         uri = import_uri(asked.ref)
         target = cached_file(asked.cache_root, uri)
         record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(uri, PYXIS, ENROOT, target, record, lock, True, asked.force)
+        return PullPlan(
+            ref=uri,
+            runtime=PYXIS,
+            program=ENROOT,
+            target=target,
+            record=record,
+            lock=lock,
+            owned=True,
+            force=asked.force,
+        )
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return cachedir.enroot_env(cache, tmpdir)

@@ -13,8 +13,6 @@ publishes it, ends in the one line that says so and how to build or push it (``p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ctrain.errors import ConfigError, CtrainError, PullError
 from ctrain.images.charliecloud import CharliecloudStore
 from ctrain.images.engine_pull import EngineStore
@@ -58,7 +56,7 @@ def is_default(plan: PullPlan) -> bool:
     as ``plan``'s store takes it: with or without docker://, in enroot's form; the cache root
     given does not change it)."""
     asked = PullAsk(
-        default_image(), plan.runtime, plan.program, None, plan.lock.parent, False, Path.is_dir
+        ref=default_image(), runtime=plan.runtime, program=plan.program, cache_root=plan.lock.parent
     )
     try:
         return store_of(plan.runtime).plan(asked).ref == plan.ref

@@ -116,7 +116,7 @@ def choose(
     from ctrain.images.store import PullAsk
 
     cache = cachedir.resolve_cache_dir(s, environ)
-    plan = pull.plan(PullAsk(image, runtime, program, None, cache.path, False, Path.is_dir))
+    plan = pull.plan(PullAsk(ref=image, runtime=runtime, program=program, cache_root=cache.path))
     count = ranks(environ)
     decision = decide(runtime, remote, pull.store_of(runtime).recorded(plan), count)
     if decision == "refuse":

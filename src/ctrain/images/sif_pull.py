@@ -75,7 +75,15 @@ class SifStore(FileStore):
         record, lock = sidecar_of(target), lock_of(target)
         owned = output is None
         return PullPlan(
-            checked, asked.runtime, asked.program, target, record, lock, owned, asked.force, stamp
+            ref=checked,
+            runtime=asked.runtime,
+            program=asked.program,
+            target=target,
+            record=record,
+            lock=lock,
+            owned=owned,
+            force=asked.force,
+            stamp=stamp,
         )
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ctrain.errors import ConfigError, Interrupted, PullError
 from ctrain.images import cachedir
@@ -53,7 +53,7 @@ Say = Callable[[str], None]
 Show = Callable[["Event"], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PullPlan:
     ref: str  # as the store's tool takes it
     runtime: str
@@ -74,16 +74,17 @@ class PullResult:
     reason: str
 
 
-class PullAsk(NamedTuple):
+@dataclass(frozen=True, kw_only=True)
+class PullAsk:
     """What ``ctrain pull`` (or an exec that needs a pull) asks a store to plan."""
 
     ref: str
     runtime: str
     program: str
-    output: str | None  # -o: a file or directory, where the store takes one
     cache_root: Path
-    force: bool
-    is_dir: Callable[[Path], bool]
+    output: str | None = None  # -o: a file or directory, where the store takes one
+    force: bool = False
+    is_dir: Callable[[Path], bool] = Path.is_dir
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ def run_pull(
     tools: Path, tmp: Path, ref: str = "docker-daemon://img:1", force: bool = False, **env: str
 ) -> pull.PullResult:
     cache = tmp / "cache"
-    plan = pull.plan(PullAsk(ref, "charliecloud", str(tools), None, cache, force, Path.is_dir))
+    plan = pull.plan(
+        PullAsk(ref=ref, runtime="charliecloud", program=str(tools), cache_root=cache, force=force)
+    )
     path = f"{tools.parent}:{SYSTEM_PATH}"
     environ = {**os.environ, "LOG": str(tmp / "calls"), "PATH": path, **env}
     choice = CacheChoice(cache, "test", False)
@@ -180,7 +182,9 @@ def test_a_conversion_that_writes_no_image_is_the_tools_failure(
 def test_resolve_finds_the_recorded_directory(tools: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     plan = pull.plan(
-        PullAsk("docker-daemon:img:1", "charliecloud", str(tools), None, cache, False, Path.is_dir)
+        PullAsk(
+            ref="docker-daemon:img:1", runtime="charliecloud", program=str(tools), cache_root=cache
+        )
     )
     assert plan.ref == "docker-daemon://img:1"  # both forms name one image
     assert not pull.store_of("charliecloud").recorded(plan)
@@ -199,13 +203,11 @@ def test_output_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="-o/--output"):
         pull.plan(
             PullAsk(
-                "docker://r/i:1",
-                "charliecloud",
-                "/usr/bin/ch-run",
-                "x",
-                tmp_path,
-                False,
-                Path.is_dir,
+                ref="docker://r/i:1",
+                runtime="charliecloud",
+                program="/usr/bin/ch-run",
+                output="x",
+                cache_root=tmp_path,
             )
         )
 

@@ -99,7 +99,7 @@ def test_superblock_of_a_real_mksquashfs_file(tmp_path: Path) -> None:
 
 def test_plan_puts_the_file_in_the_cache() -> None:
     plan = pull.plan(
-        PullAsk("docker://ghcr.io/a/b:1", PYXIS, "srun", None, CACHE, False, Path.is_dir)
+        PullAsk(ref="docker://ghcr.io/a/b:1", runtime=PYXIS, program="srun", cache_root=CACHE)
     )
     target = CACHE / "images" / "docker_ghcr.io_a_b_1.sqsh"
     assert (plan.ref, plan.runtime, plan.program) == ("docker://ghcr.io#a/b:1", PYXIS, "enroot")
@@ -114,7 +114,13 @@ def test_plan_puts_the_file_in_the_cache() -> None:
 def test_plan_refuses_output() -> None:
     with pytest.raises(ConfigError, match="-o/--output is not supported"):
         pull.plan(
-            PullAsk("docker://a.b/c:1", "pyxis", "enroot", "/tmp/x.sqsh", CACHE, False, Path.is_dir)
+            PullAsk(
+                ref="docker://a.b/c:1",
+                runtime="pyxis",
+                program="enroot",
+                output="/tmp/x.sqsh",
+                cache_root=CACHE,
+            )
         )
 
 

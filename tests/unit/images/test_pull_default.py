@@ -99,7 +99,7 @@ def test_is_default_compares_the_reference_as_each_store_takes_it(
     tmp_path: Path, runtime: str
 ) -> None:
     def planned(ref: str) -> bool:
-        ask = PullAsk(ref, runtime, runtime, None, tmp_path, False, Path.is_dir)
+        ask = PullAsk(ref=ref, runtime=runtime, program=runtime, cache_root=tmp_path)
         return pull.is_default(pull.plan(ask))
 
     assert planned(DEFAULT)

@@ -276,7 +276,7 @@ def test_pull_outcome_without_a_status_line_compares_the_image_ids() -> None:
 
 def test_plan_default_target_is_in_the_cache(tmp_path: Path) -> None:
     plan = pull.plan(
-        PullAsk("docker://a/b:1", "apptainer", "apptainer", None, tmp_path, False, Path.is_dir)
+        PullAsk(ref="docker://a/b:1", runtime="apptainer", program="apptainer", cache_root=tmp_path)
     )
     assert plan.target == tmp_path / "images" / "docker_a_b_1.sif"
     assert plan.record == tmp_path / "images" / "docker_a_b_1.sif.json"
@@ -285,18 +285,22 @@ def test_plan_default_target_is_in_the_cache(tmp_path: Path) -> None:
 
 def test_plan_output_directory_and_file(tmp_path: Path) -> None:
     into_dir = pull.plan(
-        PullAsk("docker://a/b:1", "apptainer", "a", str(tmp_path), tmp_path, False, Path.is_dir)
+        PullAsk(
+            ref="docker://a/b:1",
+            runtime="apptainer",
+            program="a",
+            output=str(tmp_path),
+            cache_root=tmp_path,
+        )
     )
     assert into_dir.target == tmp_path / "docker_a_b_1.sif" and not into_dir.owned
     named = pull.plan(
         PullAsk(
-            "docker://a/b:1",
-            "apptainer",
-            "a",
-            str(tmp_path / "my image.sif"),
-            tmp_path,
-            False,
-            Path.is_dir,
+            ref="docker://a/b:1",
+            runtime="apptainer",
+            program="a",
+            output=str(tmp_path / "my image.sif"),
+            cache_root=tmp_path,
         )
     )
     assert named.target == tmp_path / "my image.sif"
@@ -317,14 +321,24 @@ def test_plan_refusals(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as info:
-        pull.plan(PullAsk("docker://a/b:1", runtime, runtime, output, tmp_path, False, Path.is_dir))
+        pull.plan(
+            PullAsk(
+                ref="docker://a/b:1",
+                runtime=runtime,
+                program=runtime,
+                output=output,
+                cache_root=tmp_path,
+            )
+        )
     assert words in info.value.message
     assert list(tmp_path.iterdir()) == []
 
 
 def test_plan_docker_record_in_the_cache(tmp_path: Path) -> None:
     plan = pull.plan(
-        PullAsk("docker://r:5000/t/bb:1", "docker", "docker", None, tmp_path, False, Path.is_dir)
+        PullAsk(
+            ref="docker://r:5000/t/bb:1", runtime="docker", program="docker", cache_root=tmp_path
+        )
     )
     assert plan.ref == "r:5000/t/bb:1" and plan.target is None
     assert plan.record == tmp_path / "docker" / "r_5000_t_bb_1.json"
@@ -340,13 +354,15 @@ def test_plan_an_archive_by_its_absolute_path_and_stamp(
     archive = tmp_path / "my image.tar"
     archive.write_bytes(b"x" * 10)
     ref = written.format(scheme=scheme, name=archive.name)
-    plan = pull.plan(PullAsk(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir))
+    plan = pull.plan(
+        PullAsk(ref=ref, runtime="apptainer", program="apptainer", cache_root=tmp_path)
+    )
     assert plan.ref == f"{scheme}:{archive}"  # the form apptainer pull takes
     assert plan.target == tmp_path / "images" / refs.image_filename(f"{scheme}:{archive}")
     info = archive.stat()
     assert plan.stamp == sif.archive_stamp(10, info.st_mtime_ns, info.st_ino)
     other = pull.plan(
-        PullAsk("docker://a/b:1", "apptainer", "a", None, tmp_path, False, Path.is_dir)
+        PullAsk(ref="docker://a/b:1", runtime="apptainer", program="a", cache_root=tmp_path)
     )
     assert other.stamp is None
 
@@ -354,7 +370,9 @@ def test_plan_an_archive_by_its_absolute_path_and_stamp(
 def test_plan_an_archive_that_is_not_here_without_a_stamp(tmp_path: Path) -> None:
     """A compute node may not see the archive: the plan trusts a pull's record, as offline."""
     ref = f"docker-archive:{tmp_path / 'gone.tar'}"
-    plan = pull.plan(PullAsk(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir))
+    plan = pull.plan(
+        PullAsk(ref=ref, runtime="apptainer", program="apptainer", cache_root=tmp_path)
+    )
     assert (plan.ref, plan.stamp) == (ref, None)
     assert refs.archive_path(ref) == tmp_path / "gone.tar"
     assert refs.archive_path("docker://a/b:1") is None
@@ -372,7 +390,7 @@ def test_plan_refuses_an_archive_that_is_not_a_file(
 ) -> None:
     ref = f"docker-archive:{tmp_path / name}"
     with pytest.raises(ConfigError) as info:
-        pull.plan(PullAsk(ref, "apptainer", "apptainer", None, tmp_path, False, Path.is_dir))
+        pull.plan(PullAsk(ref=ref, runtime="apptainer", program="apptainer", cache_root=tmp_path))
     assert said in info.value.message and fix in info.value.fix
     assert list(tmp_path.iterdir()) == []
 
