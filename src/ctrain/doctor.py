@@ -37,25 +37,9 @@ INSTALL_FIX = "`make install`, or run inside the ctrain image"
 MATRIX = matrix.load()
 # The distributions whose versions the TensorFlow probe reports, to compare with the matrix.
 DISTS = ("tf-keras", "horovod", "keras", *sorted({n for r in MATRIX for n in r.cuda_wheels}))
-TF_PROBE = f"""\
-import importlib.metadata as md, json
-import tensorflow as tf
-dists = {{}}
-for name in {DISTS!r}:
-    try:
-        dists[name] = md.version(name)
-    except md.PackageNotFoundError:
-        pass
-gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
-print(json.dumps({{"version": tf.__version__, "dists": dists, "gpus": gpus}}))
-"""
-HOROVOD_PROBE = """\
-import json
-import horovod
-import horovod.tensorflow as hvd
-print(json.dumps({"version": horovod.__version__, "mpi": bool(hvd.mpi_built()),
-                  "gloo": bool(hvd.gloo_built()), "nccl": int(hvd.nccl_built())}))
-"""
+# The probes, each run in a child of this Python: TensorFlow's (with DISTS) and Horovod's.
+TF_PROBE = ("ctrain.train.tf_probe", *DISTS)
+HOROVOD_PROBE = ("ctrain.train.horovod_probe",)
 
 
 def parse_version(text: str) -> str:
@@ -269,10 +253,10 @@ def check_gpus(gpus: list[str] | None, environ: Mapping[str, str]) -> Check:
     return Check("gpus", "PASS", f"{len(gpus)}: {count_names(gpus)}; {shown}")
 
 
-def _probe(name: str, script: str, environ: Mapping[str, str]) -> dict[str, Any] | Check:
+def _probe(name: str, module: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | Check:
     env = {**environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
     try:
-        done = proc.run([sys.executable, "-c", script], env, timeout=PROBE_TIMEOUT)
+        done = proc.run([sys.executable, "-m", *module], env, timeout=PROBE_TIMEOUT)
     except CtrainError:
         why = f"importing {name} in {sys.executable} did not finish within {PROBE_TIMEOUT:.0f} s"
         return Check(name, "FAIL", why, "check the filesystem holding site-packages, then retry")

@@ -15,47 +15,18 @@ from collections.abc import Mapping
 from ctrain.checkline import Check
 from ctrain.errors import CtrainError
 from ctrain.launch.gpus import list_gpus
-from ctrain.names import ENV_LAUNCH_MODE, Launched, Mode
+from ctrain.names import Launched
 from ctrain.network import advice, nccl, rdma
 from ctrain.util import proc
 
 PROBE_TIMEOUT = 300.0
-# One all-reduce across every rank of the step (Horovod's under ctrain's horovod mode, else
-# TensorFlow's with NCCL chosen explicitly, MirroredStrategy's in one process); one JSON line.
-PROBE = f"""\
-import json, os
-import tensorflow as tf
-dist = tf.distribute
-if os.environ.get({ENV_LAUNCH_MODE!r}) == {Mode.HOROVOD.value!r}:
-    import horovod.tensorflow as hvd
-    hvd.init()
-    gpus = tf.config.list_physical_devices("GPU")
-    with tf.device("/GPU:0" if gpus else "/CPU:0"):
-        total = hvd.allreduce(tf.ones([1024]), op=hvd.Sum)
-    print(json.dumps({{"ranks": hvd.size(), "sum": float(total[0])}}))
-    raise SystemExit(0)
-if json.loads(os.environ.get("TF_CONFIG") or "{{}}").get("cluster"):
-    nccl = dist.experimental.CommunicationImplementation.NCCL
-    options = dist.experimental.CommunicationOptions(implementation=nccl)
-    strategy = dist.MultiWorkerMirroredStrategy(communication_options=options)
-else:
-    strategy = dist.MirroredStrategy()
-
-@tf.function
-def step():
-    def one():
-        return dist.get_replica_context().all_reduce(dist.ReduceOp.SUM, tf.ones([1024]))
-    return strategy.run(one)
-
-first = strategy.experimental_local_results(step())[0]
-print(json.dumps({{"replicas": strategy.num_replicas_in_sync, "sum": float(first[0])}}))
-"""
+PROBE_MODULE = "ctrain.network.allreduce_probe"  # one all-reduce across every rank of the step
 NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 def probe_argv(environ: Mapping[str, str], python: str = sys.executable) -> list[str]:
     """The child that runs the allreduce as this process's rank."""
-    direct = [python, "-c", PROBE]
+    direct = [python, "-m", PROBE_MODULE]
     if Launched.from_env(environ) is not None:
         return direct
     return [python, "-m", "ctrain", "launch", "--collective", "nccl", "--quiet", "--", *direct]
