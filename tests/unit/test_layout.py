@@ -1,7 +1,7 @@
 """The layout rules of docs/architecture.md, on src/ctrain: no import cycle, counting imports
-inside functions as well (an import moved into a function to dodge a cycle is still one);
-container/ and images/ never import each other (what both need lives below them); no module over
-400 lines, no function over 60."""
+inside functions as well (an import moved into a function to dodge a cycle is still one); no
+import from a floor up to a higher one (FLOORS); container/ and images/ never import each other
+(what both need lives below them); no module over 400 lines, no function over 60."""
 
 from __future__ import annotations
 
@@ -75,6 +75,47 @@ def graph() -> dict[str, set[str]]:
 
 def test_src_has_no_import_cycle() -> None:
     assert cycles(graph()) == []
+
+
+# The floors of docs/architecture.md, by top-level module or package of ctrain: a module imports
+# from its own floor and the ones below, never from above. A new top-level name must be given one.
+FLOORS = {
+    # the ground: shared facts, the settings' rows and precedence, pure helpers
+    **dict.fromkeys(
+        ["ctrain", "errors", "names", "util", "profile_window", "settings_table", "settings"], 0
+    ),
+    **dict.fromkeys(["checkline", "matrix", "references", "releases"], 0),
+    "launch": 1,  # what a rank does, in the image
+    **dict.fromkeys(["container", "images", "network", "train"], 2),
+    **dict.fromkeys(["slurm", "distributed", "planner", "doctor"], 3),
+    **dict.fromkeys(["bench", "examples"], 4),
+    **dict.fromkeys(["cli", "__main__"], 5),
+}
+
+
+def floor(module: str) -> int:
+    parts = module.split(".")
+    return FLOORS[parts[1] if len(parts) > 1 else parts[0]]
+
+
+def upward(imports: dict[str, set[str]]) -> list[str]:
+    """Every import from a floor up to a higher one."""
+    return [
+        f"{module} (floor {floor(module)}) -> {other} (floor {floor(other)})"
+        for module, others in imports.items()
+        for other in others
+        if floor(other) > floor(module)
+    ]
+
+
+def test_every_import_points_down_or_across() -> None:
+    assert upward(graph()) == []
+
+
+def test_an_import_up_a_floor_is_found() -> None:
+    """The arrow the settings once had: the ground floor importing launch/."""
+    imports = {"ctrain.settings": {"ctrain.launch.profile", "ctrain.names"}, "ctrain.names": set()}
+    assert upward(imports) == ["ctrain.settings (floor 0) -> ctrain.launch.profile (floor 1)"]
 
 
 def test_container_and_images_never_import_each_other() -> None:
