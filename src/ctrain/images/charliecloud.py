@@ -34,10 +34,8 @@ from ctrain.images.sif import (
     CH_DIR,
     Action,
     Sidecar,
-    lock_of,
     new_sidecar,
     read_sidecar,
-    sidecar_of,
 )
 from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan
 from ctrain.names import CH_ENV_FILE, CHARLIECLOUD, split_reference
@@ -109,17 +107,7 @@ class CharliecloudStore(FileStore):
         fmt, name = source_of(asked.ref)
         checked = f"{'docker-daemon' if fmt == 'docker' else 'docker'}://{name}"
         target = asked.cache_root / CH_DIR / safe_name(checked)
-        record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(
-            ref=checked,
-            runtime=CHARLIECLOUD,
-            program=asked.program,
-            target=target,
-            record=record,
-            lock=lock,
-            owned=True,
-            force=asked.force,
-        )
+        return PullPlan.beside(asked, checked, target, runtime=CHARLIECLOUD)
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return storage_env(plan.target) if plan.target is not None else {}

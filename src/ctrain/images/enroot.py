@@ -30,10 +30,8 @@ from ctrain.images.sif import (
     Sidecar,
     TargetState,
     decide,
-    lock_of,
     new_sidecar,
     read_sidecar,
-    sidecar_of,
 )
 from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan, run_tool
 from ctrain.names import PYXIS, split_reference
@@ -122,17 +120,7 @@ class EnrootStore(FileStore):
             )
         uri = import_uri(asked.ref)
         target = cached_file(asked.cache_root, uri)
-        record, lock = sidecar_of(target), lock_of(target)
-        return PullPlan(
-            ref=uri,
-            runtime=PYXIS,
-            program=ENROOT,
-            target=target,
-            record=record,
-            lock=lock,
-            owned=True,
-            force=asked.force,
-        )
+        return PullPlan.beside(asked, uri, target, runtime=PYXIS, program=ENROOT)
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return cachedir.enroot_env(cache, tmpdir)

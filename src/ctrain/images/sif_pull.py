@@ -25,10 +25,8 @@ from ctrain.images.sif import (
     Sidecar,
     check_sif,
     decide,
-    lock_of,
     new_sidecar,
     read_sidecar,
-    sidecar_of,
     sif_inspect_argv,
     sif_pull_argv,
     target_state,
@@ -72,19 +70,7 @@ class SifStore(FileStore):
                     f"directory {target.parent} does not exist",
                     f"create it (mkdir -p {target.parent}) or choose another -o",
                 )
-        record, lock = sidecar_of(target), lock_of(target)
-        owned = output is None
-        return PullPlan(
-            ref=checked,
-            runtime=asked.runtime,
-            program=asked.program,
-            target=target,
-            record=record,
-            lock=lock,
-            owned=owned,
-            force=asked.force,
-            stamp=stamp,
-        )
+        return PullPlan.beside(asked, checked, target, owned=output is None, stamp=stamp)
 
     def pull_env(self, plan: PullPlan, cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:
         return sif_pull_env(cache, tmpdir)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ctrain.errors import ConfigError, Interrupted, PullError
 from ctrain.images import cachedir
-from ctrain.images.sif import Action, Sidecar
+from ctrain.images.sif import Action, Sidecar, lock_of, sidecar_of
 from ctrain.util import fs, locks, proc
 
 if TYPE_CHECKING:
@@ -64,6 +64,31 @@ class PullPlan:
     owned: bool  # the target is in ctrain's cache
     force: bool
     stamp: str | None = None  # the source archive's (sif.archive_stamp), for archive schemes
+
+    @classmethod
+    def beside(
+        cls,
+        asked: PullAsk,
+        ref: str,
+        target: Path,
+        *,
+        runtime: str | None = None,
+        program: str | None = None,
+        owned: bool = True,
+        stamp: str | None = None,
+    ) -> PullPlan:
+        """A plan whose target is a file or directory, with its record and lock beside it."""
+        return cls(
+            ref=ref,
+            runtime=runtime or asked.runtime,
+            program=program or asked.program,
+            target=target,
+            record=sidecar_of(target),
+            lock=lock_of(target),
+            owned=owned,
+            force=asked.force,
+            stamp=stamp,
+        )
 
 
 @dataclass(frozen=True)

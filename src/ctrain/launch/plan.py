@@ -15,7 +15,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, choose_window, worker_ports
-from ctrain.launch.profile import Process, profile_environment
+from ctrain.launch.profile import Process, profile_environment, profiled
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, Launched, Mode
 from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, parse_window
@@ -265,7 +265,7 @@ def _profile(
     process: Process | None,
 ) -> dict[str, str]:
     assert options.profile is not None
-    return profile_environment(
+    decided = profiled(
         parse_window(options.profile),
         options.profile_ranks,
         options.profile_dir,
@@ -275,6 +275,7 @@ def _profile(
         environ,
         process or Process(".", 0, 0),
     )
+    return profile_environment(decided, mode, environ)
 
 
 def _listening(

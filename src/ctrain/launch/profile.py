@@ -95,18 +95,11 @@ def profiled(
 
 
 def profile_environment(
-    window: Window,
-    ranks: str,
-    directory: str,
-    mode: Mode,
-    rank: int,
-    size: int,
-    environ: Mapping[str, str],
-    process: Process,
+    decided: Profiled, mode: Mode, environ: Mapping[str, str]
 ) -> dict[str, str]:
-    """``profiled`` as the launch hands it over, and Horovod's dynamic timeline (started and
+    """``decided`` as the launch hands it over, and Horovod's dynamic timeline (started and
     stopped at the window's edges)."""
-    env = profiled(window, ranks, directory, mode, rank, size, environ, process).to_env()
+    env = decided.to_env()
     if mode is Mode.HOROVOD and "HOROVOD_TIMELINE" not in environ:
         env["HOROVOD_TIMELINE"] = "DYNAMIC"
     return env

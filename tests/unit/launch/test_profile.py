@@ -9,7 +9,7 @@ from ctrain.errors import ConfigError, LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import STARTUP_HOOK
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.profile import Process, profile_environment, run_name, traced_ranks
+from ctrain.launch.profile import Process, profile_environment, profiled, run_name, traced_ranks
 from ctrain.names import (
     ENV_LAUNCH_PROFILE,
     ENV_LAUNCH_PROFILE_RUN,
@@ -164,8 +164,22 @@ def test_every_rank_of_a_run_names_it_alike(environ: dict[str, str], size: int, 
     assert run_name(environ, size, 100, 99) == name
 
 
+def env_of(
+    window: Window,
+    ranks: str,
+    directory: str,
+    mode: Mode,
+    rank: int,
+    size: int,
+    environ: dict[str, str],
+    process: Process,
+) -> dict[str, str]:
+    decided = profiled(window, ranks, directory, mode, rank, size, environ, process)
+    return profile_environment(decided, mode, environ)
+
+
 def test_the_environment_of_a_rank() -> None:
-    env = profile_environment(
+    env = env_of(
         Window(20, 25),
         "auto",
         "prof",
@@ -181,13 +195,13 @@ def test_the_environment_of_a_rank() -> None:
         ENV_LAUNCH_PROFILE_TRACE: "1",
         "HOROVOD_TIMELINE": "DYNAMIC",
     }
-    middle = profile_environment(
+    middle = env_of(
         Window(20, 25), "auto", "/abs", Mode.MULTIWORKER, 1, 4, {}, Process("/work", 1, 9)
     )
     assert middle[ENV_LAUNCH_PROFILE_TRACE] == "0"
     assert middle[ENV_LAUNCH_PROFILE_RUN] == "/abs/ppid9"
     assert "HOROVOD_TIMELINE" not in middle
-    theirs = profile_environment(
+    theirs = env_of(
         Window(2, 3),
         "all",
         "p",
@@ -198,9 +212,7 @@ def test_the_environment_of_a_rank() -> None:
         Process("/w", 1, 1),
     )
     assert "HOROVOD_TIMELINE" not in theirs  # the user's own timeline runs; ctrain says so
-    alone = profile_environment(
-        Window(2, 3), "auto", "p", Mode.SINGLE, 0, 1, {}, Process("/w", 4242, 1)
-    )
+    alone = env_of(Window(2, 3), "auto", "p", Mode.SINGLE, 0, 1, {}, Process("/w", 4242, 1))
     assert alone[ENV_LAUNCH_PROFILE_RUN] == "/w/p/pid4242"  # a run of one: its own process
 
 
