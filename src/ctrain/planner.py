@@ -41,7 +41,7 @@ def plan(
     command: tuple[str, ...],
     bind_flags: tuple[str, ...],
     env_pairs: tuple[str, ...],
-    s: Settings,
+    settings: Settings,
     environ: Mapping[str, str],
     *,
     explain: bool = False,
@@ -49,22 +49,22 @@ def plan(
     """The invocation these settings and arguments ask for, checked before anything runs;
     with ``explain``, the launcher in the container prints its plan instead of running."""
     request = Request(
-        runtime=s.runtime,
+        runtime=settings.runtime,
         action=action,
-        image=image or s.image,
+        image=image or settings.image,
         command=command,
-        launch=s.launch,
+        launch=settings.launch,
         explain=explain,
-        nv=s.nv,
+        nv=settings.nv,
         binds=bind_flags,
-        overlay=s.overlay or None,
+        overlay=settings.overlay or None,
         env_pairs=(
             *env_pairs,
-            *((f"CTRAIN_IMAGE_PYTHON={s.image_python}",) if s.image_python else ()),
+            *((f"CTRAIN_IMAGE_PYTHON={settings.image_python}",) if settings.image_python else ()),
         ),
-        env_files=(s.env_file,) if s.env_file else (),
+        env_files=(settings.env_file,) if settings.env_file else (),
         cwd=os.getcwd(),
-        workdir=s.cwd or None,
+        workdir=settings.cwd or None,
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
@@ -77,7 +77,7 @@ def plan(
         return proc.which(name, environ)
 
     runtime, program = choose_runtime(request.runtime, which)
-    choice = resolve.choose(request.image, runtime.name, program, s, environ)
+    choice = resolve.choose(request.image, runtime.name, program, settings, environ)
     if choice.pull is None:  # else the file is not there yet: planned again after the pull
         request = dataclasses.replace(request, image=choice.image)
     invocation = plan_invocation(
@@ -85,7 +85,7 @@ def plan(
         environ,
         which,
         gpus,
-        s.binds,
+        settings.binds,
         version_of=lambda program: releases.installed_version(program, environ),
     )
     return Planned(invocation, choice)
@@ -98,7 +98,9 @@ def carried_launcher() -> carry.Carried:
     return carry.of_modules(ctrain.__file__, deps)
 
 
-def _hold_overlay_lock(invocation: Invocation, s: Settings, environ: Mapping[str, str]) -> None:
+def _hold_overlay_lock(
+    invocation: Invocation, settings: Settings, environ: Mapping[str, str]
+) -> None:
     """An overlay is locked as Apptainer locks it (read for ``:ro``, write for read-write), for
     the life of the container process (the fd survives the exec)."""
     overlay = invocation.spec.overlay
@@ -112,15 +114,15 @@ def _hold_overlay_lock(invocation: Invocation, s: Settings, environ: Mapping[str
 def run(
     planned: Planned,
     again: Callable[[], Planned],
-    s: Settings,
+    settings: Settings,
     environ: Mapping[str, str],
     say: Callable[[str], None],
 ) -> NoReturn:
     """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
     take the overlay lock, then exec the invocation."""
     if planned.image.pull is not None:
-        resolve.fetch(planned.image, environ, s.min_free_gb, say)
+        resolve.fetch(planned.image, environ, settings.min_free_gb, say)
         planned = again()
     invocation = planned.invocation
-    _hold_overlay_lock(invocation, s, environ)
+    _hold_overlay_lock(invocation, settings, environ)
     proc.exec_replace(invocation.argv, invocation.env)

@@ -49,18 +49,18 @@ class BenchOptions:
     profile: str | None = None  # steps FIRST-LAST the largest run traces (--profile)
 
     @classmethod
-    def from_settings(cls, s: Settings) -> BenchOptions:
+    def from_settings(cls, settings: Settings) -> BenchOptions:
         """Each field from its bench_ row (``mode`` from mode's), in the form the bench uses."""
         named = [f.name for f in fields(cls) if BENCH_PREFIX + f.name in BY_NAME]
-        given = {name: getattr(s, BENCH_PREFIX + name) for name in named}
+        given = {name: getattr(settings, BENCH_PREFIX + name) for name in named}
         return cls(
             **given
             | {
-                "mode": s.mode,
-                "workers": parse_workers(s.bench_workers),
-                "threads": s.bench_threads or 0,  # unset: TensorFlow's own
-                "launcher_args": tuple(shlex.split(s.bench_launcher_args or "")),
-                "timeout": float(s.bench_timeout),
+                "mode": settings.mode,
+                "workers": parse_workers(settings.bench_workers),
+                "threads": settings.bench_threads or 0,  # unset: TensorFlow's own
+                "launcher_args": tuple(shlex.split(settings.bench_launcher_args or "")),
+                "timeout": float(settings.bench_timeout),
             }
         )
 

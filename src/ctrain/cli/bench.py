@@ -53,15 +53,15 @@ def bench(**flags: str | None) -> None:
     from ctrain.bench import core as benching
     from ctrain.bench import run
 
-    s = settings_from(flags)
-    script = None if s.bench_script is None else Path(s.bench_script)
+    settings = settings_from(flags)
+    script = None if settings.bench_script is None else Path(settings.bench_script)
     if script is not None and not script.is_file():
         raise ConfigError(
             f"no benchmark script at {script}",
             "give --script an existing file, or leave it out to run ctrain's own benchmark",
         )
-    options = benching.BenchOptions.from_settings(s)
-    out = Path(s.bench_out)
+    options = benching.BenchOptions.from_settings(settings)
+    out = Path(settings.bench_out)
     command = shlex.join(["ctrain", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else ""
     report = run.run(
         options,

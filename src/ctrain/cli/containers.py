@@ -55,7 +55,7 @@ def _run(
 
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
-    s = settings_from(
+    settings = settings_from(
         {k: v for k, v in flags.items() if k not in ("no_launch", "explain")}
         | ({"launch": "false"} if flags.get("no_launch") else {})
     )
@@ -63,13 +63,13 @@ def _run(
 
     def plan() -> planner.Planned:
         return planner.plan(
-            action, image, command, bind_flags, env_pairs, s, os.environ, explain=explain
+            action, image, command, bind_flags, env_pairs, settings, os.environ, explain=explain
         )
 
     planned = plan()
     invocation = planned.invocation
-    if s.dry_run:
-        reveal = s.show_secrets
+    if settings.dry_run:
+        reveal = settings.show_secrets
         click.echo("\n".join(runtimes.describe(invocation, os.environ, reveal)))
         pending = planned.image.pull
         if pending is not None:
@@ -81,7 +81,9 @@ def _run(
         for key, value in sorted(planned.image.pull_env().items()):
             click.echo(f"  pull env {key}={shlex.quote(value if reveal else masked(key, value))}")
         return
-    planner.run(planned, plan, s, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
+    planner.run(
+        planned, plan, settings, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True)
+    )
 
 
 @click.command("exec", cls=DashDashCommand)

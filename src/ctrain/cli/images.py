@@ -30,12 +30,12 @@ def _say(line: str) -> None:
     click.echo(f"ctrain: {line}", err=True)
 
 
-def _cache_choice(s: Settings, small: bool = False) -> CacheChoice:
+def _cache_choice(settings: Settings, small: bool = False) -> CacheChoice:
     """The cache directory; ``small`` (only kilobyte records, as for docker pulls, whose image
     lives in the engine's store) accepts $HOME without --allow-home-cache."""
     from ctrain.images import cachedir
 
-    return cachedir.resolve_cache_dir(s, os.environ, accept_home=small)
+    return cachedir.resolve_cache_dir(settings, os.environ, accept_home=small)
 
 
 def _runtime(requested: str) -> tuple[str, str]:
@@ -46,11 +46,11 @@ def _runtime(requested: str) -> tuple[str, str]:
     return runtime.name, program
 
 
-def _reporter(s: Settings, verb: str) -> Reporter:
+def _reporter(settings: Settings, verb: str) -> Reporter:
     """Progress on stderr: a bar on a terminal, else lines (the `progress` setting)."""
     from ctrain.util import progress
 
-    return progress.reporter(s.progress, verb, sys.stderr, os.environ)
+    return progress.reporter(settings.progress, verb, sys.stderr, os.environ)
 
 
 def _cache_options(func: F) -> F:
@@ -96,10 +96,10 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
     from ctrain.images import pull as pulling
     from ctrain.images.store import PullAsk, Pulling
 
-    s = settings_from(flags)
-    runtime, program = _runtime(s.runtime)
-    reference = ref if ref is not None else s.image
-    choice = _cache_choice(s, small=runtime in ENGINE_RUNTIMES)
+    settings = settings_from(flags)
+    runtime, program = _runtime(settings.runtime)
+    reference = ref if ref is not None else settings.image
+    choice = _cache_choice(settings, small=runtime in ENGINE_RUNTIMES)
     plan = pulling.plan(
         PullAsk(
             ref=reference,
@@ -111,9 +111,9 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
         )
     )
     cachedir.ensure_dirs(choice)
-    min_free_gb = s.min_free_gb
-    tmpdir = cachedir.build_tmpdir(s, os.environ)
-    show = _reporter(s, "pull")
+    min_free_gb = settings.min_free_gb
+    tmpdir = cachedir.build_tmpdir(settings, os.environ)
+    show = _reporter(settings, "pull")
 
     def echo(line: str) -> None:  # apptainer's own output, unless progress is off
         if show.board.mode != "off":
@@ -158,11 +158,11 @@ def resolve(image: str | None, **flags: str | None) -> None:
     """
     from ctrain.images import resolve as resolving
 
-    s = settings_from(flags)
-    runtime, program = _runtime(s.runtime)
-    reference = image if image is not None else s.image
-    choice = resolving.choose(reference, runtime, program, s, os.environ)
-    resolving.fetch(choice, os.environ, s.min_free_gb, _say)
+    settings = settings_from(flags)
+    runtime, program = _runtime(settings.runtime)
+    reference = image if image is not None else settings.image
+    choice = resolving.choose(reference, runtime, program, settings, os.environ)
+    resolving.fetch(choice, os.environ, settings.min_free_gb, _say)
     click.echo(choice.image)
 
 
@@ -277,8 +277,8 @@ def build(
     from ctrain.images import build as building
     from ctrain.images import cachedir
 
-    s = settings_from(flags)
-    runtime, program = _runtime(s.runtime)
+    settings = settings_from(flags)
+    runtime, program = _runtime(settings.runtime)
     if runtime == HOST:
         raise ConfigError("the host runtime builds no images", "use --runtime apptainer or docker")
     request = building.BuildRequest(
@@ -292,14 +292,14 @@ def build(
         force=force,
     )
     sif = runtime in SIF_RUNTIMES
-    show = None if sif else _reporter(s, "build")
+    show = None if sif else _reporter(settings, "build")
     try:
         building.build(
             request,
             os.environ,
-            _cache_choice(s) if sif else None,
-            s.min_free_gb,
-            cachedir.build_tmpdir(s, os.environ),
+            _cache_choice(settings) if sif else None,
+            settings.min_free_gb,
+            cachedir.build_tmpdir(settings, os.environ),
             show,
         )
     finally:
@@ -326,9 +326,9 @@ def push(image: str, target: str | None, if_present: bool, **flags: str | None) 
     from ctrain.images import docker_api
     from ctrain.images.refs import check_ref
 
-    s = settings_from(flags)
+    settings = settings_from(flags)
     source, dest = (check_ref(ref, DOCKER) for ref in (image, target or image))
-    show = _reporter(s, "push")
+    show = _reporter(settings, "push")
     try:
         digest = docker_api.publish(source, dest, os.environ, show)
     finally:

@@ -39,11 +39,11 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
     from ctrain.launch.interpreter import this_interpreter
     from ctrain.launch.plan import LaunchOptions
 
-    s = settings_from(flags)
-    options = LaunchOptions.from_settings(s)
+    settings = settings_from(flags)
+    options = LaunchOptions.from_settings(settings)
     plan = start.prepare(options, os.environ, command)
     if explain:
         verdict = start.mpi_verdict(plan, options, os.environ)
         click.echo(start.explain(plan, as_json, verdict, this_interpreter(os.environ)))
         return
-    start.exec_plan(plan, command, os.environ, quiet=s.quiet)
+    start.exec_plan(plan, command, os.environ, quiet=settings.quiet)

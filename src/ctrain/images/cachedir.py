@@ -52,10 +52,10 @@ def is_under(path: Path, home: str | None) -> bool:
     return path.resolve(strict=False).is_relative_to(root)
 
 
-def _configured(s: Settings) -> tuple[Path, str] | None:
+def _configured(settings: Settings) -> tuple[Path, str] | None:
     """The ``cache_dir`` setting and its source, when someone set it (blank counts as unset)."""
-    text = (s.cache_dir or "").strip()
-    return (Path(text), s.sources["cache_dir"]) if text else None
+    text = (settings.cache_dir or "").strip()
+    return (Path(text), settings.sources["cache_dir"]) if text else None
 
 
 def _from_runtime_env(
@@ -99,7 +99,7 @@ def _from_scratch(
 
 
 def resolve_cache_dir(
-    s: Settings,
+    settings: Settings,
     environ: Mapping[str, str],
     exists: Callable[[Path], bool] = Path.exists,
     *,
@@ -115,13 +115,13 @@ def resolve_cache_dir(
     home = _value(environ, "HOME")
     tried: list[str] = []
     found = (
-        _configured(s)
+        _configured(settings)
         or _from_runtime_env(environ, home, exists, tried)
         or _from_scratch(environ, home, exists, tried)
     )
     if found is not None:
         return CacheChoice(found[0], found[1], is_under(found[0], home))
-    allow_home = accept_home or s.allow_home_cache
+    allow_home = accept_home or settings.allow_home_cache
     if allow_home and home:
         path = Path(home) / HOME_DEFAULT
         return CacheChoice(path, "$HOME default", is_under(path, home))
@@ -157,11 +157,11 @@ def enroot_env(choice: CacheChoice, tmpdir: Path) -> dict[str, str]:
     }
 
 
-def build_tmpdir(s: Settings, environ: Mapping[str, str]) -> Path:
+def build_tmpdir(settings: Settings, environ: Mapping[str, str]) -> Path:
     """Where ``apptainer pull`` and ``build`` unpack layers and make squashfs (their
     ``build-temp-*``): the ``build_tmpdir`` setting, else the node-local $TMPDIR, else /tmp;
     never the cache's (often parallel) filesystem by default, where fakeroot builds fail."""
-    given = (s.build_tmpdir or "").strip()
+    given = (settings.build_tmpdir or "").strip()
     return Path(given) if given else node_local_tmp(environ)
 
 

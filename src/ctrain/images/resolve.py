@@ -94,7 +94,7 @@ def choose(
     image: str,
     runtime: str,
     program: str,
-    s: Settings,
+    settings: Settings,
     environ: Mapping[str, str],
 ) -> ImageChoice:
     """The image ``runtime`` runs for ``image``, and the pull to run first if any. A local image
@@ -115,7 +115,7 @@ def choose(
     from ctrain.images import cachedir, pull
     from ctrain.images.store import PullAsk
 
-    cache = cachedir.resolve_cache_dir(s, environ)
+    cache = cachedir.resolve_cache_dir(settings, environ)
     plan = pull.plan(PullAsk(ref=image, runtime=runtime, program=program, cache_root=cache.path))
     count = ranks(environ)
     decision = decide(runtime, remote, pull.store_of(runtime).recorded(plan), count)
@@ -128,7 +128,7 @@ def choose(
         )
     if decision == "pulled":
         return ImageChoice(str(plan.target), None, cache)
-    return ImageChoice(str(plan.target), plan, cache, cachedir.build_tmpdir(s, environ))
+    return ImageChoice(str(plan.target), plan, cache, cachedir.build_tmpdir(settings, environ))
 
 
 def fetch(

@@ -56,10 +56,12 @@ class LaunchOptions(NamedTuple):
     profile_ranks: str = AUTO_RANKS
 
     @classmethod
-    def from_settings(cls, s: Settings) -> LaunchOptions:
+    def from_settings(cls, settings: Settings) -> LaunchOptions:
         """Each field that names a setting takes its value; port_base_chosen, where it came from."""
-        given = {name: getattr(s, name) for name in cls._fields if name in BY_NAME}
-        return cls(**given, port_base_chosen=s.sources.get("port_base", "default") != "default")
+        given = {name: getattr(settings, name) for name in cls._fields if name in BY_NAME}
+        return cls(
+            **given, port_base_chosen=settings.sources.get("port_base", "default") != "default"
+        )
 
 
 class Plan(NamedTuple):

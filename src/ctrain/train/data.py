@@ -33,11 +33,11 @@ INFO = "dataset_info.json"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def data_dir(s: Settings, environ: Mapping[str, str]) -> Path:
+def data_dir(settings: Settings, environ: Mapping[str, str]) -> Path:
     """The data directory: the ``data_dir`` setting as ``s`` resolved it (flag >
     CTRAIN_DATA_DIR > ./ctrain.toml > user config), else TFDS_DATA_DIR, else
     ~/tensorflow_datasets."""
-    for value in (s.data_dir, environ.get("TFDS_DATA_DIR")):
+    for value in (settings.data_dir, environ.get("TFDS_DATA_DIR")):
         if value:
             return _expand_home(str(value), environ)
     return _expand_home("~/tensorflow_datasets", environ)
