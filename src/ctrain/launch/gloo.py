@@ -60,7 +60,7 @@ def _nodes(job: JobEnv, place: Placement) -> tuple[tuple[str, ...], int]:
     )
 
 
-def rendezvous(job: JobEnv, place: Placement, port: int) -> Rendezvous:
+def plan_rendezvous(job: JobEnv, place: Placement, port: int) -> Rendezvous:
     """The rendezvous at ``port`` on the first node, which holds rank 0 (Hydra, PALS and Flux
     hand ranks to their per-node processes in node order)."""
     hosts, node = _nodes(job, place)
@@ -69,35 +69,35 @@ def rendezvous(job: JobEnv, place: Placement, port: int) -> Rendezvous:
     return Rendezvous(hosts[0], port, hosts, place.local_size, node)
 
 
-def horovod_environment(meet: Rendezvous, place: Placement) -> dict[str, str]:
+def horovod_environment(rendezvous: Rendezvous, place: Placement) -> dict[str, str]:
     """What horovodrun --gloo would set for this rank."""
     return {
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": meet.addr,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(meet.port),
-        "HOROVOD_HOSTNAME": meet.hosts[meet.node],
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous.addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous.port),
+        "HOROVOD_HOSTNAME": rendezvous.hosts[rendezvous.node],
         "HOROVOD_RANK": str(place.rank),
         "HOROVOD_SIZE": str(place.size),
         "HOROVOD_LOCAL_RANK": str(place.local_rank),
         "HOROVOD_LOCAL_SIZE": str(place.local_size),
-        "HOROVOD_CROSS_RANK": str(meet.node),
-        "HOROVOD_CROSS_SIZE": str(len(meet.hosts)),
+        "HOROVOD_CROSS_RANK": str(rendezvous.node),
+        "HOROVOD_CROSS_SIZE": str(len(rendezvous.hosts)),
     }
 
 
-def server_command(python: str, meet: Rendezvous, size: int, watch_pid: int) -> list[str]:
+def server_command(python: str, rendezvous: Rendezvous, size: int, watch_pid: int) -> list[str]:
     """The rendezvous server rank 0 starts; it ends when ``watch_pid`` (rank 0) does."""
     return [
         python,
         "-m",
         "ctrain.train.rendezvous",
         "--port",
-        str(meet.port),
+        str(rendezvous.port),
         "--hosts",
-        ",".join(meet.hosts),
+        ",".join(rendezvous.hosts),
         "--local-size",
-        str(meet.local_size),
+        str(rendezvous.local_size),
         "--size",
         str(size),
         "--watch-pid",

@@ -147,8 +147,8 @@ def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
             REFUSE, True, message, f"{_srun_fix(launcher, client)}; {OWN_MPIRUN}; {GLOO}"
         )
     wire = f"PMIX_SERVER_URI{common[-1]}"
-    theirs = release(launcher.pmix) or _unversioned(launcher.offered)
-    if theirs is not None and theirs[0] == client[0]:
+    server_release = release(launcher.pmix) or _unversioned(launcher.offered)
+    if server_release is not None and server_release[0] == client[0]:
         message = f"{server} and the image's PMIx {image.pmix}: one release series, via {wire}"
         return Verdict(PROCEED, True, message)
     message = (
@@ -162,25 +162,27 @@ def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
 
 def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
     """Whether the host's mpirun and the image's Open MPI are one major release."""
-    mine = release(image.openmpi)
-    if mine is None:
+    image_release = release(image.openmpi)
+    if image_release is None:
         return Verdict(PROCEED, False, "the image's Open MPI release is unknown: not checked")
-    ours = f"the image's Open MPI {image.openmpi}"
+    image_mpi = f"the image's Open MPI {image.openmpi}"
     host_major = 5 if launcher.family == "prrte" else 4  # ORTE: 4 or older
-    if (mine[0] >= 5) != (host_major >= 5):
-        message = f"{launcher.name} cannot start {ours}: Open MPI does not mix major releases"
-        match = "5 or newer" if mine[0] >= 5 else f"{mine[0]}.x"
+    if (image_release[0] >= 5) != (host_major >= 5):
+        message = f"{launcher.name} cannot start {image_mpi}: Open MPI does not mix major releases"
+        match = "5 or newer" if image_release[0] >= 5 else f"{image_release[0]}.x"
         fix = f"{OWN_MPIRUN}; or a host mpirun of Open MPI {match}; or srun --mpi=pmix"
         return Verdict(REFUSE, True, message, fix)
     old = launcher.family == "orte" and max(map(_order, launcher.offered), default=99) < 30
-    if old and mine[0] >= 4:
+    if old and image_release[0] >= 4:
         message = (
             f"{launcher.name} offers only PMIx 2 protocols ({_uris(launcher.offered)}), as "
-            f"Open MPI 3.x and older do; {ours} does not work with an older mpirun"
+            f"Open MPI 3.x and older do; {image_mpi} does not work with an older mpirun"
         )
-        fix = f"use a host mpirun of Open MPI {mine[0]}.x; {OWN_MPIRUN}; or srun --mpi=pmix"
+        fix = (
+            f"use a host mpirun of Open MPI {image_release[0]}.x; {OWN_MPIRUN}; or srun --mpi=pmix"
+        )
         return Verdict(WARN, True, message, fix)
-    return Verdict(PROCEED, True, f"{launcher.name} and {ours}: one major release")
+    return Verdict(PROCEED, True, f"{launcher.name} and {image_mpi}: one major release")
 
 
 def unchecked(mode: Mode, environ: Mapping[str, str]) -> str:

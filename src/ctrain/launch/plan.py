@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
-from ctrain.launch.gloo import Rendezvous, horovod_environment, rendezvous, uses_gloo
+from ctrain.launch.gloo import Rendezvous, horovod_environment, plan_rendezvous, uses_gloo
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
@@ -298,11 +298,11 @@ def _listening(
     tf_config = None
     if mode is Mode.MULTIWORKER:
         ports, tf_config = _workers(job, place, window, environ)
-    meet = None
+    rendezvous = None
     if gloo:
         last = (window.block(job.slurm.job_id, job.slurm.step_id) + 1) * PORT_BLOCK - 1
-        meet = rendezvous(job, place, window.base + last)
-    return window, ports, tf_config, meet
+        rendezvous = plan_rendezvous(job, place, window.base + last)
+    return window, ports, tf_config, rendezvous
 
 
 def make_plan(
@@ -327,7 +327,7 @@ def make_plan(
     place = placement(mode, job)
     slurm = job.slurm
     hosts = slurm.nodes
-    window, ports, tf_config, meet = _listening(mode, job, place, options, environ, ephemeral)
+    window, ports, tf_config, rendezvous = _listening(mode, job, place, options, environ, ephemeral)
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
     if collective == AUTO:
@@ -346,8 +346,8 @@ def make_plan(
         tuned,
         script_imports_keras,
     )
-    if meet is not None:
-        env_set.update(horovod_environment(meet, place))
+    if rendezvous is not None:
+        env_set.update(horovod_environment(rendezvous, place))
     if options.profile is not None:
         env_set.update(_profile(options, mode, place, environ, process))
     return Plan(
@@ -362,7 +362,7 @@ def make_plan(
         env_set,
         env_unset,
         tuned,
-        meet,
+        rendezvous,
         window,
     )
 

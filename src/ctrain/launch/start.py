@@ -171,31 +171,31 @@ def _answers(addr: str, port: int) -> bool:
         return False
 
 
-def meet(plan: Plan, environ: Mapping[str, str], timeout: float) -> None:
+def await_rendezvous(plan: Plan, environ: Mapping[str, str], timeout: float) -> None:
     """Horovod over Gloo: rank 0 starts the rendezvous server; every rank waits until it answers
     (Horovod itself gives up on a refused connection after 1.5 s)."""
     import time
 
-    rdv = plan.rendezvous
-    if rdv is None:
+    rendezvous = plan.rendezvous
+    if rendezvous is None:
         return
     server = None
     if plan.place.rank == 0:
-        _check_port_free(rdv.port)
-        argv = server_command(sys.executable, rdv, plan.place.size, os.getpid())
+        _check_port_free(rendezvous.port)
+        argv = server_command(sys.executable, rendezvous, plan.place.size, os.getpid())
         server = proc.spawn_detached(argv, environ)
     deadline = time.monotonic() + timeout
-    while not _answers(rdv.addr, rdv.port):
+    while not _answers(rendezvous.addr, rendezvous.port):
         if server is not None and server.poll() is not None:
             raise LaunchError(
-                f"Horovod's rendezvous server on port {rdv.port} ended at once "
+                f"Horovod's rendezvous server on port {rendezvous.port} ended at once "
                 f"(exit {server.returncode})",
                 f"check that `{sys.executable} -c 'import horovod.runner'` works in the image",
             )
         if time.monotonic() > deadline:
             raise LaunchError(
-                f"rank {plan.place.rank}: no Horovod rendezvous at {rdv.addr}:{rdv.port} "
-                f"after {timeout:.0f} s",
+                f"rank {plan.place.rank}: no Horovod rendezvous at "
+                f"{rendezvous.addr}:{rendezvous.port} after {timeout:.0f} s",
                 "check that rank 0 started on the first node and that the nodes reach each other",
             )
         time.sleep(0.2)
@@ -218,7 +218,7 @@ def exec_plan(
         raise LaunchError("no command given", "put it after --: ctrain launch -- python train.py")
     if plan.ports:
         _check_port_free(plan.ports[plan.place.rank])
-    meet(plan, environ, float(plan.collective_timeout))
+    await_rendezvous(plan, environ, float(plan.collective_timeout))
     if plan.place.rank == 0 and not quiet:
         print(plan.banner(), file=sys.stderr, flush=True)
         if plan.port_window is not None and plan.port_window.moved:

@@ -9,7 +9,7 @@ from ctrain.errors import LaunchError
 from ctrain.launch.gloo import (
     Rendezvous,
     horovod_environment,
-    rendezvous,
+    plan_rendezvous,
     server_command,
     uses_gloo,
 )
@@ -78,14 +78,14 @@ def test_uses_gloo(mode: Mode, size: int, launcher_env: dict[str, str], expected
 
 def test_rendezvous_across_nodes_is_on_the_first_node_of_the_step() -> None:
     place = Placement(3, 4, 1, 2, "hydra")
-    meet = rendezvous(job({**proxies_step(1), **hydra(3, 4, 1, 2)}), place, 24000)
+    meet = plan_rendezvous(job({**proxies_step(1), **hydra(3, 4, 1, 2)}), place, 24000)
     assert meet == Rendezvous("cn01", 24000, ("cn01", "cn02"), 2, 1)
     assert meet.explain() == {"addr": "cn01", "port": 24000, "hosts": ["cn01", "cn02"]}
 
 
 def test_rendezvous_on_one_node_is_this_host() -> None:
     place = Placement(1, 2, 1, 2, "hydra")
-    meet = rendezvous(job(hydra(1, 2, 1, 2), "laptop"), place, 20063)
+    meet = plan_rendezvous(job(hydra(1, 2, 1, 2), "laptop"), place, 20063)
     assert meet == Rendezvous("laptop", 20063, ("laptop",), 2, 0)
 
 
@@ -93,10 +93,10 @@ def test_rendezvous_on_one_node_is_this_host() -> None:
 def test_rendezvous_port_up_to_65535(port: int, refused: bool) -> None:
     place = Placement(0, 2, 0, 2, "hydra")
     if not refused:
-        assert rendezvous(job(hydra(0, 2, 0, 2)), place, port).port == port
+        assert plan_rendezvous(job(hydra(0, 2, 0, 2)), place, port).port == port
         return
     with pytest.raises(LaunchError) as caught:
-        rendezvous(job(hydra(0, 2, 0, 2)), place, port)
+        plan_rendezvous(job(hydra(0, 2, 0, 2)), place, port)
     assert (caught.value.message, caught.value.fix) == (
         "port 65536 is above 65535",
         "lower CTRAIN_PORT_BASE",
@@ -106,7 +106,7 @@ def test_rendezvous_port_up_to_65535(port: int, refused: bool) -> None:
 def test_uneven_ranks_per_node_are_refused_with_the_fix() -> None:
     place = Placement(0, 3, 0, 2, "hydra")
     with pytest.raises(LaunchError) as caught:
-        rendezvous(job({**proxies_step(0), **hydra(0, 3, 0, 2)}), place, 24000)
+        plan_rendezvous(job({**proxies_step(0), **hydra(0, 3, 0, 2)}), place, 24000)
     assert (caught.value.message, caught.value.fix) == (
         "Horovod over Gloo needs the same number of ranks on every node; 3 ranks on 2 nodes "
         "with 2 on this one",
@@ -123,7 +123,7 @@ def test_across_nodes_without_a_step_of_one_proxy_per_node_is_refused(
     """Hydra's ssh bootstrap: the ranks carry no Slurm step that says the nodes of the launch."""
     place = Placement(2, 4, 0, 2, "hydra")
     with pytest.raises(LaunchError) as caught:
-        rendezvous(job({**slurm_env, **hydra(2, 4, 0, 2)}), place, 24000)
+        plan_rendezvous(job({**slurm_env, **hydra(2, 4, 0, 2)}), place, 24000)
     assert (caught.value.message, caught.value.fix) == (NO_NODES, NO_NODES_FIX)
 
 
