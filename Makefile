@@ -152,23 +152,12 @@ image:  ## GPU image: SIF (definitions/ctrain-gpu.def) with apptainer, else Dock
 image-cpu:  ## CPU image from the same recipe: SIF with apptainer, else Docker
 	$(MAKE) --no-print-directory image-gpu-or-cpu IMAGE_FLAVOUR=cpu
 
-# A SIF is built under a name of its own, beside its place, and renamed there once whole: a build
-# killed midway leaves no truncated SIF for `make push` to send, and a second build replaces the
-# first (apptainer refuses an existing target without --force, and asks on a terminal).
-# The definitions take every pin as a build arg: the matrix's for TF_VERSION and ctrain's version,
-# in build/pins-FLAVOUR-tfTF_VERSION.env (--build-arg-file: Apptainer >= 1.2, SingularityCE >= 4.0),
-# and with BASE_IMAGE (a Docker daemon's image) BOOT=docker-daemon FROM=BASE_IMAGE.
+# With apptainer, scripts/sif-build.sh (definitions/, the pins as --build-arg-file); else Docker,
+# scripts/image-build.sh (Dockerfile.gpu).
 image-gpu-or-cpu:
 	@if [ -n "$(APPTAINER)" ]; then \
-	  set -e; [ -f build/wheelhouse/$(IMAGE_FLAVOUR)-tf$(TF_VERSION)/SHA256SUMS ] || scripts/wheelhouse.sh $(IMAGE_FLAVOUR) build/wheelhouse; \
-	  scripts/wheelhouse.sh ctrain build/wheelhouse; mkdir -p $(SIF_DIR); \
-	  { $(MATRIX) pins $(TF_VERSION) $(IMAGE_FLAVOUR); echo CTRAIN_VERSION=$(VERSION); \
-	    $(if $(BASE_IMAGE),printf 'BOOT=docker-daemon\nFROM=%s\n' '$(BASE_IMAGE)';) } \
-	    >$(call build_args,$(IMAGE_FLAVOUR)); \
-	  echo "$(APPTAINER) build --force --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) $(call sif_file,$(IMAGE_FLAVOUR)).new definitions/ctrain-$(IMAGE_FLAVOUR).def"; \
-	  $(APPTAINER) build $(APPTAINER_BUILD_FLAGS) --force --build-arg-file $(call build_args,$(IMAGE_FLAVOUR)) \
-	    $(call sif_file,$(IMAGE_FLAVOUR)).new definitions/ctrain-$(IMAGE_FLAVOUR).def; \
-	  mv -f $(call sif_file,$(IMAGE_FLAVOUR)).new $(call sif_file,$(IMAGE_FLAVOUR)); \
+	  APPTAINER='$(APPTAINER)' APPTAINER_BUILD_FLAGS='$(APPTAINER_BUILD_FLAGS)' CTRAIN_VERSION=$(VERSION) \
+	    PYTHON='$(PYTHON)' scripts/sif-build.sh $(IMAGE_FLAVOUR) $(call sif_file,$(IMAGE_FLAVOUR)) $(call build_args,$(IMAGE_FLAVOUR)); \
 	else \
 	  scripts/image-build.sh $(IMAGE_FLAVOUR) $(call image_ref,$(IMAGE_FLAVOUR)); \
 	fi
