@@ -39,8 +39,7 @@ from tests.helpers import REGISTRY, need, registry_up
 
 from .images import DEFAULT, ci_cpu_sif, ci_cpu_sif_in_registry
 from .jobs import BIN
-from .test_built_images import LABEL_PINS, pins
-from .test_jobs_real import (
+from .slurm_jobs import (
     RESUMABLE,
     final_weights,
     holds,
@@ -53,6 +52,7 @@ from .test_jobs_real import (
     wait_done,
     wait_held,
 )
+from .test_built_images import LABEL_PINS, pins
 from .test_multinode import SUBNET
 
 EPOCHS = 2  # the requeue test holds before epoch 1, step 5

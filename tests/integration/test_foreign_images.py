@@ -38,7 +38,7 @@ from tests.users import TEST_USER
 from .images import DEFAULT, busybox_base, ci_cpu_image
 from .jobs import SCRIPTS, clean_env, reports, run
 from .podman import podman, present
-from .test_jobs_real import log, render, submit, wait_done
+from .slurm_jobs import log, render, submit, wait_done
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

@@ -16,7 +16,7 @@ from tests.helpers import CTRAIN
 
 from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .jobs import SCRIPTS, run
-from .test_jobs_real import sh
+from .slurm_jobs import sh
 from .test_multinode import (
     PROBE,
     SRUN,

@@ -3,8 +3,8 @@
 docs/cluster.md) and run as written, one rank per node; the multiworker script signalled twice
 runs three times and ends with the weights of an uninterrupted 2-node run.
 
-The job helpers are those of test_jobs_real.py (the same scripts on the one-node partition);
-job files live in ``cluster_tmp``, which every host shares.
+The job helpers are slurm_jobs.py's (the same scripts as test_jobs_real.py on the one-node
+partition); job files live in ``cluster_tmp``, which every host shares.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 
-from .test_jobs_real import (
+from .slurm_jobs import (
     EPOCHS,
     RESUMABLE,
     final_weights,

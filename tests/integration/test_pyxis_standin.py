@@ -33,7 +33,7 @@ from tests.standin.remote import DEFAULT_PATH
 
 from .jobs import BIN, clean_env
 from .registry_push import BUSYBOX, push_tiny
-from .test_jobs_real import RESUMABLE, final_weights, lines, log, render, submit, wait_done
+from .slurm_jobs import RESUMABLE, final_weights, lines, log, render, submit, wait_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
 EPOCHS = 2

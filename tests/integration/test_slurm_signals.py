@@ -27,7 +27,7 @@ from ctrain.errors import REQUEUE_EXIT_CODE
 from tests.helpers import CTRAIN, wait_for
 
 from .jobs import BIN, clean_env
-from .test_jobs_real import (
+from .slurm_jobs import (
     RESUMABLE,
     final_weights,
     job_record,
