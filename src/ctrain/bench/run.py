@@ -20,20 +20,17 @@ from typing import TextIO
 from ctrain.bench.core import (
     THREAD_VARIABLES,
     BenchOptions,
-    BenchReport,
-    Row,
     benchmark_command,
     child_environ,
     choose_launcher,
     launch_argv,
-    markdown_report,
     profile_window,
     profiled_workers,
     progress_line,
     progress_units,
-    result_from_reports,
 )
 from ctrain.bench.profile import PROFILE_DIR, ProfileRun, new_profile_run, profile_flags
+from ctrain.bench.report import BenchReport, Row, markdown_report, result_from_reports
 from ctrain.errors import ExternalToolError
 from ctrain.profile_window import Window
 from ctrain.util import fs, proc

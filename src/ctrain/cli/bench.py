@@ -15,7 +15,7 @@ from ctrain.errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ctrain.bench.core import BenchReport
+    from ctrain.bench.report import BenchReport
 
 
 @click.command("bench")
@@ -79,7 +79,7 @@ def bench(**flags: str | None) -> None:
 
 def _show(report: BenchReport, paths: dict[str, Path]) -> None:
     """The table on stdout, then where each output went."""
-    from ctrain.bench.core import markdown_table
+    from ctrain.bench.report import markdown_table
 
     click.echo(markdown_table(report.rows()), nl=False)
     for kind, path in paths.items():

@@ -11,7 +11,9 @@ import pytest
 
 from ctrain.bench import core
 from ctrain.bench import profile as bench_profile
-from ctrain.bench.core import BenchOptions, BenchReport, RunResult
+from ctrain.bench import report as bench_report
+from ctrain.bench.core import BenchOptions
+from ctrain.bench.report import BenchReport, RunResult
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.profile_window import parse_window
 
@@ -25,40 +27,40 @@ def result(workers: int, total: float, mode: str = "multiworker") -> RunResult:
 
 
 def test_linear_scaling_is_full_efficiency() -> None:
-    rows = core.scaling_rows([result(1, 100), result(2, 200), result(4, 400)])
+    rows = bench_report.scaling_rows([result(1, 100), result(2, 200), result(4, 400)])
     assert [r.speedup for r in rows] == [1.0, 2.0, 4.0]
     assert [r.efficiency for r in rows] == [1.0, 1.0, 1.0]
 
 
 def test_sublinear_scaling() -> None:
-    rows = core.scaling_rows([result(2, 180), result(1, 100), result(4, 300)])
+    rows = bench_report.scaling_rows([result(2, 180), result(1, 100), result(4, 300)])
     assert [r.workers for r in rows] == [1, 2, 4]  # sorted
     assert rows[1].speedup == pytest.approx(1.8) and rows[1].efficiency == pytest.approx(0.9)
     assert rows[2].speedup == pytest.approx(3.0) and rows[2].efficiency == pytest.approx(0.75)
 
 
 def test_base_is_the_smallest_count_measured() -> None:
-    rows = core.scaling_rows([result(2, 200), result(8, 600)])
+    rows = bench_report.scaling_rows([result(2, 200), result(8, 600)])
     assert rows[0].speedup == 1.0 and rows[0].efficiency == 1.0
     assert rows[1].speedup == pytest.approx(3.0)
     assert rows[1].efficiency == pytest.approx(0.75)  # 3x of an ideal 4x
 
 
 def test_no_results_no_rows() -> None:
-    assert core.scaling_rows([]) == []
+    assert bench_report.scaling_rows([]) == []
 
 
 def test_zero_base_rate_gives_nan_not_an_exception() -> None:
-    rows = core.scaling_rows([result(1, 0.0), result(2, 10.0)])
+    rows = bench_report.scaling_rows([result(1, 0.0), result(2, 10.0)])
     assert math.isnan(rows[1].speedup)
 
 
 def test_mean_and_confidence_as_horovod_reports_them() -> None:
-    mean, conf = core.mean_conf([10.0, 12.0, 14.0])
+    mean, conf = bench_report.mean_conf([10.0, 12.0, 14.0])
     assert mean == pytest.approx(12.0)
     assert conf == pytest.approx(1.96 * math.sqrt(8 / 3))  # population std, like np.std
-    assert core.mean_conf([5.0]) == (5.0, 0.0)
-    assert all(math.isnan(x) for x in core.mean_conf([]))
+    assert bench_report.mean_conf([5.0]) == (5.0, 0.0)
+    assert all(math.isnan(x) for x in bench_report.mean_conf([]))
 
 
 @pytest.mark.parametrize(
@@ -85,8 +87,8 @@ def test_batches_per_iter_rounds_up() -> None:
 
 
 def test_markdown_table_golden() -> None:
-    rows = core.scaling_rows([result(1, 100.0, "single"), result(2, 170.0)])
-    assert core.markdown_table(rows) == (
+    rows = bench_report.scaling_rows([result(1, 100.0, "single"), result(2, 170.0)])
+    assert bench_report.markdown_table(rows) == (
         "| workers | mode | images/s (total) | +- 1.96 std | images/s per worker | speed-up "
         "| scaling efficiency |\n"
         "|--:|:--|--:|--:|--:|--:|--:|\n"
@@ -104,11 +106,11 @@ def test_markdown_report_names_the_command_and_settings() -> None:
         started="today",
         command="ctrain bench --workers 1,2",
     )
-    text = core.markdown_report(report)
+    text = bench_report.markdown_report(report)
     assert text.startswith("# ctrain bench: MobileNetV2\n")
     assert "- command: `ctrain bench --workers 1,2`" in text
     assert "launcher srun, batch 16 per worker, 32x32 images" in text
-    assert text.endswith(core.markdown_table(report.rows()))
+    assert text.endswith(bench_report.markdown_table(report.rows()))
 
 
 def test_json_round_trips() -> None:
@@ -286,7 +288,7 @@ def rank_report(rank: int, rates: Sequence[float], replicas: int = 2) -> dict[st
 
 
 def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:
-    found = core.result_from_reports(
+    found = bench_report.result_from_reports(
         2, [rank_report(1, [1.0]), rank_report(0, [10.0, 12.0, 14.0])], 40.0, ["srun"]
     )
     assert found.per_worker == pytest.approx(12.0)
@@ -299,7 +301,7 @@ def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:
 
 def test_result_from_reports_counts_the_ranks() -> None:
     with pytest.raises(LaunchError, match="2 workers were asked for but 1 reports"):
-        core.result_from_reports(2, [rank_report(0, [1.0])], 1.0, [])
+        bench_report.result_from_reports(2, [rank_report(0, [1.0])], 1.0, [])
 
 
 # ------------------------------------------------------------------ --profile, pure part
@@ -441,8 +443,8 @@ def test_markdown_report_names_the_trace_and_the_breakdown() -> None:
     profile = bench_profile.ProfileRun(
         2, "6-7", "/o/profile/job7.0", "/o/profile/job7.0/breakdown.txt", (trace,), TABLE
     )
-    text = core.markdown_report(profiled_report(profile))
-    assert core.markdown_table(profiled_report(profile).rows()) in text
+    text = bench_report.markdown_report(profiled_report(profile))
+    assert bench_report.markdown_table(profiled_report(profile).rows()) in text
     assert text.endswith(
         "## Profile of the 2-worker run\n\n"
         "Steps 6-7 traced (`ctrain launch --profile 6-7`); its images/s include the traced "
@@ -457,14 +459,14 @@ def test_markdown_report_names_the_trace_and_the_breakdown() -> None:
 
 def test_markdown_report_of_a_window_in_the_warm_up() -> None:
     profile = bench_profile.ProfileRun(2, "2-5", "/o/p/job7.0", "/o/p/job7.0/breakdown.txt")
-    text = core.markdown_report(profiled_report(profile))
+    text = bench_report.markdown_report(profiled_report(profile))
     assert "all in the warm-up, so its images/s do not include them." in text
     assert "include the traced steps" not in text
     assert "tensorboard" not in text  # no trace, nothing to view
 
 
 def test_markdown_report_says_when_no_breakdown_was_written() -> None:
-    text = core.markdown_report(
+    text = bench_report.markdown_report(
         profiled_report(bench_profile.ProfileRun(2, "6-7", "/o/profile", None))
     )
     assert "- run directory: `/o/profile`\n" in text
@@ -474,7 +476,7 @@ def test_markdown_report_says_when_no_breakdown_was_written() -> None:
 
 def test_markdown_report_without_profile_has_no_profile_section() -> None:
     report = BenchReport(BenchOptions(), "srun", [result(1, 50)])
-    assert "Profile" not in core.markdown_report(report)
+    assert "Profile" not in bench_report.markdown_report(report)
     assert report.to_json()["profile"] is None
 
 

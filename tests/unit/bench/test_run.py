@@ -12,8 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from ctrain.bench import run
-from ctrain.bench.core import BenchOptions, scaling_rows
+from ctrain.bench.core import BenchOptions
 from ctrain.bench.profile import ProfileRun
+from ctrain.bench.report import scaling_rows
 from ctrain.cli import main
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.util import proc
