@@ -47,6 +47,12 @@ def ctrain_min_image() -> str:
     base = base_image()
     dockerfile = (HERE / "ctrain-min.Dockerfile").read_bytes()
     name = f"ctrain-min:{_source_hash(dockerfile, base.encode())}"
+    listed = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "ctrain-min"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    for stale in set(listed) - {name}:  # one per source state ever built would pile up
+        subprocess.run(["docker", "rmi", stale], capture_output=True, timeout=120)
     if (
         subprocess.run(
             ["docker", "image", "inspect", name], capture_output=True, timeout=60
