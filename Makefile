@@ -35,7 +35,7 @@ install: $(VENV_MADE)  ## venv .venv with ctrain, TensorFlow TF_VERSION (the mat
 	@# A venv made when the distribution was named ctrain holds it beside ctrain-hpc: one owner.
 	$(VPY) -m pip uninstall --quiet --quiet --yes ctrain
 	$(VPY) -m pip install --quiet -c $(VENV)/ctrain-constraints.txt -e '.[train,dev]'
-	$(VPY) -m pip install --quiet cloudpickle psutil pyyaml packaging
+	$(VPY) -m pip install --quiet $$(docker/install.sh horovod-deps)
 	wheel=$$(scripts/horovod-wheel.sh $(VPY)) && \
 	  $(VPY) -m pip install --quiet --no-deps --force-reinstall "$$wheel"
 	scripts/check-horovod-build.sh --patches patches/horovod-$$($(MATRIX) get $(TF_VERSION) horovod) \

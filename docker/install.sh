@@ -17,6 +17,9 @@
 #   install.sh clean           apt lists and caches
 #   install.sh all             system python ctrain verify clean
 #   install.sh requirements    print the Python requirements of FLAVOUR (used by the wheelhouse)
+#   install.sh horovod-deps    print Horovod's runtime dependencies, a name a line (its wheel is
+#                              installed --no-deps here, by `make install` and by
+#                              scripts/horovod-wheel.sh: this list is their one home)
 #
 # Environment (the Dockerfile's ARGs; the definitions export the same values):
 #   FLAVOUR              gpu | cpu
@@ -98,8 +101,11 @@ cmd_requirements() {
     echo tensorboard
     echo "tensorflow-datasets==$TFDS_VERSION"
     # Horovod's runtime dependencies, and the tools its sdist builds with (--no-build-isolation)
-    printf '%s\n' cloudpickle psutil pyyaml packaging setuptools wheel
+    cmd_horovod_deps
+    printf '%s\n' setuptools wheel
 }
+
+cmd_horovod_deps() { printf '%s\n' cloudpickle psutil pyyaml packaging; }
 
 cmd_system() {
     log "system: ${RUNTIME_PACKAGES[*]}"
@@ -409,11 +415,12 @@ cmd_clean() {
 
 main() {
     local step
-    [ $# -ge 1 ] || die "usage: install.sh system|python|ctrain|verify|clean|all|requirements"
+    [ $# -ge 1 ] || die "usage: install.sh system|python|ctrain|verify|clean|all|requirements|horovod-deps"
     for step in "$@"; do
         case "$step" in
             all) cmd_system && cmd_python && cmd_ctrain && cmd_verify && cmd_clean ;;
             system | python | ctrain | verify | clean | requirements) "cmd_$step" ;;
+            horovod-deps) cmd_horovod_deps ;;
             *) die "unknown step $step" ;;
         esac
     done

@@ -132,7 +132,8 @@ work=$(mktemp -d "$cache_root/.build-${key}.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 echo "horovod-wheel: building horovod ${horovod_version} with ${#selected[@]} patches from $patches for tensorflow ${tf_version} (${py_tag}); about 5 minutes on 2 cores" >&2
-"$python" -m pip install --quiet cloudpickle psutil pyyaml packaging wheel setuptools >&2
+# shellcheck disable=SC2046  # one name a line, none with a space
+"$python" -m pip install --quiet $("$root/docker/install.sh" horovod-deps) wheel setuptools >&2
 tree=$(patched_tree "$python" "$work")
 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
