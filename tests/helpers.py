@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 import ctrain
+from ctrain.errors import CtrainError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -172,6 +173,13 @@ def need(ok: bool, message: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and {message}", pytrace=False)
     pytest.skip(message)
+
+
+def refusal(call: Callable[[], object]) -> tuple[str, str]:
+    """The message and the fix of the CtrainError that ``call`` raises."""
+    with pytest.raises(CtrainError) as raised:
+        call()
+    return raised.value.message, raised.value.fix
 
 
 def docs_reference() -> ModuleType:

@@ -16,7 +16,7 @@ from ctrain.launch.gloo import (
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement
 from ctrain.names import Mode
-from tests.unit.launch.test_launchers import hydra, slurm_step
+from tests.unit.launch.environs import hydra, proxies_step, slurm_step
 
 NO_NODES = (
     "Horovod over Gloo across nodes under hydra needs the nodes of the launch, and only Slurm "
@@ -26,11 +26,6 @@ NO_NODES_FIX = (
     "start Hydra's proxies with Slurm (mpiexec -launcher slurm, or I_MPI_HYDRA_BOOTSTRAP=slurm), "
     "or launch with srun --mpi=pmix / Open MPI's mpirun"
 )
-
-
-def proxies_step(node: int) -> dict[str, str]:
-    """The step `mpiexec -launcher slurm` starts: one Hydra proxy per node of cn[01-02]."""
-    return slurm_step(2, "cn[01-02]", "1(x2)", node, node)
 
 
 # sbatch -N2 --ntasks=4: the batch script's variables, which Hydra's ssh bootstrap hands every
@@ -46,17 +41,9 @@ BATCH_SCRIPT = {
     "SLURM_NODEID": "0",
 }
 # salloc -N2's interactive step: a one-task step on the first node, outside any srun step.
-INTERACTIVE_STEP = {
-    "SLURM_JOB_ID": "91",
-    "SLURM_STEP_ID": "interactive",
-    "SLURM_JOB_NODELIST": "cn[01-02]",
-    "SLURM_STEP_NODELIST": "cn01",
-    "SLURM_STEP_NUM_TASKS": "1",
-    "SLURM_STEP_TASKS_PER_NODE": "1",
-    "SLURM_PROCID": "0",
-    "SLURM_LOCALID": "0",
-    "SLURM_NODEID": "0",
-}
+INTERACTIVE_STEP = slurm_step(
+    nodes="cn01", job="91", step="interactive", SLURM_JOB_NODELIST="cn[01-02]", SLURM_NTASKS=None
+)
 
 
 def job(env: dict[str, str], host: str = "cn02") -> JobEnv:

@@ -8,44 +8,28 @@ import pytest
 
 from ctrain.errors import EnvironmentParseError
 from ctrain.launch.jobenv import GpuEnv, JobEnv, MpiEnv, SlurmEnv
+from tests.unit.launch.environs import slurm_step
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_CPUS_PER_TASK": "8"}
 
 # `srun -n 2` on one node, as task 1.
 SRUN_ONE_NODE = {
     **JOB,
-    "SLURM_JOB_NODELIST": "gpu01",
-    "SLURM_NODELIST": "gpu01",
-    "SLURM_TASKS_PER_NODE": "2",
-    "SLURM_STEP_ID": "0",
-    "SLURM_STEP_NODELIST": "gpu01",
-    "SLURM_STEP_NUM_TASKS": "2",
-    "SLURM_STEP_TASKS_PER_NODE": "2",
-    "SLURM_NTASKS": "2",
-    "SLURM_NPROCS": "2",
-    "SLURM_PROCID": "1",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "0",
-    "SLURM_STEP_GPUS": "0,1",
-    "CUDA_VISIBLE_DEVICES": "0,1",
-}
+    **slurm_step(
+        1, 2, "gpu01", job="4242", SLURM_NODELIST="gpu01", SLURM_TASKS_PER_NODE="2",
+        SLURM_NPROCS="2", SLURM_STEP_GPUS="0,1", CUDA_VISIBLE_DEVICES="0,1",
+    ),
+}  # fmt: skip
 
 # `srun -N 2 -n 4` inside a 3-node allocation, as the last task.
 SRUN_TWO_NODES = {
     **JOB,
-    "SLURM_JOB_NODELIST": "gpu[01-03]",
-    "SLURM_NODELIST": "gpu[01-02]",
-    "SLURM_TASKS_PER_NODE": "2(x2)",
-    "SLURM_STEP_ID": "3",
-    "SLURM_STEP_NODELIST": "gpu[01-02]",
-    "SLURM_STEP_NUM_TASKS": "4",
-    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-    "SLURM_NTASKS": "4",
-    "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "1",
-    "SLURM_RESTART_COUNT": "2",
-}
+    **slurm_step(
+        3, 4, "gpu[01-02]", per_node="2(x2)", local=1, node=1, job="4242", step="3",
+        SLURM_JOB_NODELIST="gpu[01-03]", SLURM_NODELIST="gpu[01-02]",
+        SLURM_TASKS_PER_NODE="2(x2)", SLURM_RESTART_COUNT="2",
+    ),
+}  # fmt: skip
 
 # An sbatch script with --ntasks=4 over two nodes: no step.
 BATCH = {

@@ -6,7 +6,6 @@ found alive (docs/testing.md)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from ctrain.launch.plan import (
 from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
 from ctrain.names import Mode
 from ctrain.settings import resolve
-from tests.unit.launch.test_modes import JOB, STEP2
+from tests.helpers import refusal
+from tests.unit.launch.environs import JOB, STEP2, slurm_step
 
 HOSTLIST_FIX = "check the value Slurm set; it should look like node[01-04],gpu1"
 CONTRADICTION = "the launcher's variables contradict each other; relaunch with srun or mpirun"
@@ -32,12 +32,6 @@ CONTRADICTION = "the launcher's variables contradict each other; relaunch with s
 
 def job(environ: dict[str, str]) -> JobEnv:
     return JobEnv.from_environ(environ, "vm")
-
-
-def refusal(call: Callable[[], object]) -> tuple[str, str]:
-    with pytest.raises(CtrainError) as raised:
-        call()
-    return raised.value.message, raised.value.fix
 
 
 @pytest.mark.parametrize(
@@ -62,8 +56,7 @@ def test_exactly_the_largest_expansion_is_accepted() -> None:
 
 
 BATCH4 = {**JOB, "SLURM_NTASKS": "4", "SLURM_PROCID": "0"}
-SRUN3 = {**STEP2, "SLURM_NTASKS": "3", "SLURM_STEP_NUM_TASKS": "3"}
-SRUN3["SLURM_STEP_TASKS_PER_NODE"] = "3"
+SRUN3 = slurm_step(1, 3)
 
 
 @pytest.mark.parametrize(
@@ -121,8 +114,7 @@ def test_mpirun_with_one_rank_or_an_unknown_size_is_one_process() -> None:
 
 def test_srun_sizes_default_to_one_task() -> None:
     # a step that does not say how many tasks it has is one task: single is allowed
-    step = {k: v for k, v in STEP2.items() if k not in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")}
-    step |= {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1"}
+    step = slurm_step(SLURM_STEP_NUM_TASKS=None, SLURM_NTASKS=None)
     assert choose_mode("single", job(step), 0) is Mode.SINGLE
     assert placement(Mode.SINGLE, job(step)).size == 1
 

@@ -20,43 +20,13 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, placement
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.names import Mode
+from tests.unit.launch.environs import hydra, hydra_under_srun, proxies_step, slurm_step
 
 GPUS = ("0", "1")  # the node's GPUs every rank sees, as without --gpus-per-task
 
 
-def slurm_step(tasks: int, nodes: str, per_node: str, procid: int, nodeid: int) -> dict[str, str]:
-    return {
-        "SLURM_JOB_ID": "91",
-        "SLURM_STEP_ID": "0",
-        "SLURM_NTASKS": "4",
-        "SLURM_JOB_NODELIST": nodes,
-        "SLURM_STEP_NODELIST": nodes,
-        "SLURM_STEP_NUM_TASKS": str(tasks),
-        "SLURM_STEP_TASKS_PER_NODE": per_node,
-        "SLURM_PROCID": str(procid),
-        "SLURM_LOCALID": "0" if tasks == 2 else str(procid % 2),
-        "SLURM_NODEID": str(nodeid),
-    }
-
-
-def hydra(rank: int, size: int, local: int, nlocal: int) -> dict[str, str]:
-    return {
-        "PMI_RANK": str(rank),
-        "PMI_SIZE": str(size),
-        "PMI_FD": "6",
-        "MPI_LOCALRANKID": str(local),
-        "MPI_LOCALNRANKS": str(nlocal),
-    }
-
-
 def hydra_workstation(rank: int) -> dict[str, str]:
     return {**hydra(rank, 2, rank, 2), "HYDI_CONTROL_FD": "7"}
-
-
-def hydra_under_srun(rank: int) -> dict[str, str]:
-    """4 ranks on cn[01-02]: srun started one Hydra proxy per node (a 2-task step)."""
-    node = rank // 2
-    return {**slurm_step(2, "cn[01-02]", "1(x2)", node, node), **hydra(rank, 4, rank % 2, 2)}
 
 
 def pals(rank: int, nodes: int = 1) -> dict[str, str]:
@@ -104,7 +74,9 @@ def openmpi(rank: int) -> dict[str, str]:
 
 
 def srun_pmix(rank: int) -> dict[str, str]:
-    return {**slurm_step(4, "cn[01-02]", "2(x2)", rank, rank // 2), "PMIX_RANK": str(rank)}
+    node = rank // 2
+    step = slurm_step(rank, 4, "cn[01-02]", per_node="2(x2)", local=rank % 2, node=node, job="91")
+    return {**step, "PMIX_RANK": str(rank)}
 
 
 LAUNCHES = {
@@ -211,7 +183,7 @@ def test_flux_across_nodes_places_ranks_from_its_node_count() -> None:
 
 
 def test_gloo_needs_as_many_ranks_on_every_node() -> None:
-    env = {**slurm_step(2, "cn[01-02]", "1(x2)", 0, 0), **hydra(0, 3, 0, 2)}
+    env = {**proxies_step(0), **hydra(0, 3, 0, 2)}
     with pytest.raises(LaunchError, match="same number of ranks on every node"):
         explain(env)
 

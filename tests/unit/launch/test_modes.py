@@ -11,18 +11,8 @@ from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.names import Mode
+from tests.unit.launch.environs import JOB, STEP2, slurm_step
 
-JOB = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "vm", "SLURM_NODEID": "0"}
-STEP2 = {
-    **JOB,
-    "SLURM_NTASKS": "2",
-    "SLURM_STEP_ID": "0",
-    "SLURM_STEP_NUM_TASKS": "2",
-    "SLURM_STEP_NODELIST": "vm",
-    "SLURM_STEP_TASKS_PER_NODE": "2",
-    "SLURM_PROCID": "1",
-    "SLURM_LOCALID": "1",
-}
 OMPI2 = {
     "OMPI_COMM_WORLD_RANK": "1",
     "OMPI_COMM_WORLD_SIZE": "2",
@@ -34,16 +24,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "plain": {},
     "batch1": {**JOB, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"},
     "batch4": {**JOB, "SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_TASKS_PER_NODE": "4"},
-    "srun1": {
-        **JOB,
-        "SLURM_NTASKS": "1",
-        "SLURM_STEP_ID": "0",
-        "SLURM_STEP_NUM_TASKS": "1",
-        "SLURM_STEP_NODELIST": "vm",
-        "SLURM_STEP_TASKS_PER_NODE": "1",
-        "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0",
-    },
+    "srun1": slurm_step(),
     "srun2": STEP2,
     "srun2_pmix": {**STEP2, "PMIX_RANK": "1"},
     "srun2_pmi": {**STEP2, "PMI_RANK": "1", "PMI_SIZE": "2"},
@@ -124,21 +105,13 @@ def test_placement(scenario: str, mode: Mode, expected: Placement) -> None:
 
 
 def test_placement_refuses_local_rank_beyond_node_tasks() -> None:
-    env = {**STEP2, "SLURM_LOCALID": "2", "SLURM_PROCID": "1"}
+    env = slurm_step(1, 2, local=2)
     with pytest.raises(LaunchError, match="local rank 2"):
         placement(Mode.MULTIWORKER, JobEnv.from_environ(env, "vm"))
 
 
-# Two nodes, unequal: `srun -N 2 -n 4` gave n1 three tasks and n2 one (block order).
-TWO_NODES = {
-    "SLURM_JOB_ID": "90",
-    "SLURM_STEP_ID": "0",
-    "SLURM_NTASKS": "4",
-    "SLURM_STEP_NUM_TASKS": "4",
-    "SLURM_STEP_NODELIST": "n[1-2]",
-    "SLURM_STEP_TASKS_PER_NODE": "3,1",
-}
-# (rank, node id, local id) of every task, and the launcher variables each one sees
+# Two nodes, unequal: `srun -N 2 -n 4` gave n1 three tasks and n2 one (block order). The
+# (rank, node id, local id) of every task, and the launcher variables each one sees:
 TWO_NODE_TASKS = [(0, 0, 0), (1, 0, 1), (2, 0, 2), (3, 1, 0)]
 LAUNCHERS: dict[str, tuple[Mode, Callable[[int], dict[str, str]]]] = {
     "slurm": (Mode.MULTIWORKER, lambda rank: {}),
@@ -155,13 +128,10 @@ def test_placement_across_two_unequal_nodes(
     """The local rank is the rank on this node and the local size is this node's task count,
     under srun and under srun --mpi=pmix/pmi (Horovod), whatever the global rank."""
     mode, launcher_vars = LAUNCHERS[source]
-    env = {
-        **TWO_NODES,
-        "SLURM_PROCID": str(rank),
-        "SLURM_NODEID": str(nodeid),
-        "SLURM_LOCALID": str(localid),
-        **launcher_vars(rank),
-    }
+    env = slurm_step(
+        rank, 4, "n[1-2]", per_node="3,1", local=localid, node=nodeid, job="90",
+        SLURM_JOB_NODELIST=None, **launcher_vars(rank),
+    )  # fmt: skip
     local_size = (3, 1)[nodeid]
     expected = Placement(rank, 4, localid, local_size, source)
     assert placement(mode, JobEnv.from_environ(env, f"n{nodeid + 1}")) == expected

@@ -19,23 +19,15 @@ from ctrain.launch.plan import (
 )
 from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
 from ctrain.names import Mode
+from tests.unit.launch.environs import slurm_step
 
 
 def step(procid: int, localid: int, nodeid: int, **extra: str) -> dict[str, str]:
     """Rank ``procid`` of a 4-task srun step over gpu-a[07-08], 2 tasks per node."""
-    return {
-        "SLURM_JOB_ID": "4242",
-        "SLURM_STEP_ID": "3",
-        "SLURM_NTASKS": "4",
-        "SLURM_STEP_NUM_TASKS": "4",
-        "SLURM_JOB_NODELIST": "gpu-a[07-08]",
-        "SLURM_STEP_NODELIST": "gpu-a[07-08]",
-        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-        "SLURM_PROCID": str(procid),
-        "SLURM_LOCALID": str(localid),
-        "SLURM_NODEID": str(nodeid),
-        **extra,
-    }
+    return slurm_step(
+        procid, 4, "gpu-a[07-08]", per_node="2(x2)", local=localid, node=nodeid, job="4242",
+        step="3", **extra,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -322,14 +314,8 @@ LAYOUTS = {
 def _rank_env(layout: tuple[str, ...], rank: int, distribution: str | None) -> dict[str, str]:
     """What srun sets for ``rank`` of the two-node step laid out as ``layout``."""
     node = layout[rank]
-    env = step(rank, layout[:rank].count(node), ("n1", "n2").index(node))
-    env.update(
-        SLURM_JOB_ID="900",
-        SLURM_STEP_ID="0",
-        SLURM_JOB_NODELIST="n[1-2]",
-        SLURM_STEP_NODELIST="n[1-2]",
-        SLURM_STEP_TASKS_PER_NODE="3,1",
-    )
+    local, nodeid = layout[:rank].count(node), ("n1", "n2").index(node)
+    env = slurm_step(rank, 4, "n[1-2]", per_node="3,1", local=local, node=nodeid, job="900")
     if distribution is not None:
         kind, _, size = distribution.partition("=")
         env["SLURM_DISTRIBUTION"] = kind

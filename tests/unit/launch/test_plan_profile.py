@@ -13,16 +13,9 @@ from ctrain.launch.ports import PORT_BLOCK, port_block
 from ctrain.launch.profile import Process
 from ctrain.names import ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE
 from ctrain.settings import resolve
-from tests.unit.launch.test_launchers import hydra, slurm_step
+from tests.unit.launch.environs import hydra_under_srun
 
 PROFILE_KEYS = (ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE)
-
-
-def hydra_under_srun(rank: int, job_id: str, step_id: str) -> dict[str, str]:
-    """Rank ``rank`` of 4 on cn[01-02], 2 per node; srun started one Hydra proxy per node."""
-    node = rank // 2
-    step = slurm_step(2, "cn[01-02]", "1(x2)", node, node)
-    return {**step, **hydra(rank, 4, rank % 2, 2), "SLURM_JOB_ID": job_id, "SLURM_STEP_ID": step_id}
 
 
 def test_options_from_settings_carry_every_setting(tmp_path: Path) -> None:
@@ -67,7 +60,7 @@ def test_gloo_rendezvous_listens_on_the_last_port_of_the_steps_block(
 ) -> None:
     """Rank ports start at the step's block's first port; the rendezvous takes its last one."""
     assert port == 20000 + (port_block(job_id, step_id) + 1) * PORT_BLOCK - 1
-    env = hydra_under_srun(3, job_id, step_id)
+    env = {**hydra_under_srun(3), "SLURM_JOB_ID": job_id, "SLURM_STEP_ID": step_id}
     plan = make_plan(JobEnv.from_environ(env, "cn02"), LaunchOptions(), env, ())
     assert plan.rendezvous is not None and plan.rendezvous.explain() == {
         "addr": "cn01",

@@ -14,7 +14,8 @@ from ctrain.launch.ports import (
     choose_window,
     port_block,
 )
-from tests.unit.launch.test_launch_refusals import refusal
+from tests.helpers import refusal
+from tests.unit.launch.environs import slurm_step
 
 LINUX = Ephemeral(32768, 60999)  # Linux's default range
 LOWERED = Ephemeral(9000, 65000)  # a site's, as in the reports of NVIDIA-NeMo/RL
@@ -134,17 +135,9 @@ def test_the_block_of_the_default_window_is_as_before() -> None:
     assert Window(20000).block("10", "3") == port_block("10", "3") == 73
 
 
-STEP = {
-    "SLURM_JOB_ID": "4242",
-    "SLURM_STEP_ID": "0",
-    "SLURM_PROCID": "1",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "0",
-    "SLURM_STEP_NUM_TASKS": "2",
-    "SLURM_STEP_NUM_NODES": "1",
-    "SLURM_STEP_NODELIST": "cn01",
-    "SLURM_STEP_TASKS_PER_NODE": "2",
-}
+STEP = slurm_step(
+    1, 2, "cn01", job="4242", SLURM_STEP_NUM_NODES="1", SLURM_NTASKS=None, SLURM_JOB_NODELIST=None
+)
 
 
 def test_a_multiworker_plan_takes_its_ports_from_the_moved_window() -> None:

@@ -19,6 +19,7 @@ from ctrain.names import (
 from ctrain.profile_window import MAX_STEPS, Window, parse_window
 from ctrain.settings import parse_flag, resolve
 from ctrain.util.shipped import shipped_dir
+from tests.unit.launch.environs import slurm_step
 
 
 @pytest.mark.parametrize(
@@ -218,19 +219,7 @@ def test_the_environment_of_a_rank() -> None:
 
 def plan_env(options: LaunchOptions, environ: dict[str, str]) -> dict[str, str]:
     """Rank 1 of a two-rank srun step on one node."""
-    step = {
-        "SLURM_JOB_ID": "8",
-        "SLURM_STEP_ID": "1",
-        "SLURM_NTASKS": "2",
-        "SLURM_JOB_NODELIST": "vm",
-        "SLURM_STEP_NODELIST": "vm",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "2",
-        "SLURM_PROCID": "1",
-        "SLURM_LOCALID": "1",
-        "SLURM_NODEID": "0",
-    }
-    full = {**environ, **step}
+    full = {**environ, **slurm_step(1, 2, job="8", step="1")}
     job = JobEnv.from_environ(full, "vm")
     return make_plan(job, options, full, (), False, process=Process("/w", 5, 4)).env_set
 

@@ -12,6 +12,7 @@ from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, Plan, make_plan
 from ctrain.util import proc
+from tests.unit.launch.environs import slurm_step
 
 
 class Exec(Exception):
@@ -42,16 +43,7 @@ def listening() -> Iterator[int]:
 
 def _plan(port: int) -> Plan:
     """Rank 0 of a 2-task multiworker step whose port (job 0, step 0: block 0) is ``port``."""
-    env = {
-        "SLURM_JOB_ID": "0",
-        "SLURM_STEP_ID": "0",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_NODELIST": "vm",
-        "SLURM_STEP_TASKS_PER_NODE": "2",
-        "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0",
-        "SLURM_NODEID": "0",
-    }
+    env = slurm_step(0, 2, job="0", SLURM_NTASKS=None, SLURM_JOB_NODELIST=None)
     plan = make_plan(JobEnv.from_environ(env, "vm"), LaunchOptions(port_base=port), env, ())
     assert plan.ports[0] == port
     return plan

@@ -17,6 +17,7 @@ from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.tuning import Cpus, Tuned, defaults, rank_threads, to_set, tune
 from ctrain.names import Mode
 from ctrain.settings import resolve
+from tests.unit.launch.environs import slurm_step
 
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 YIELD = "OMPI_MCA_mpi_yield_when_idle"
@@ -161,18 +162,7 @@ def test_to_set_leaves_out_what_is_kept() -> None:
     assert Tuned("C", "3", "why").kept is False
 
 
-STEP2 = {
-    "SLURM_JOB_ID": "9",
-    "SLURM_STEP_ID": "0",
-    "SLURM_NTASKS": "2",
-    "SLURM_STEP_NUM_TASKS": "2",
-    "SLURM_STEP_NODELIST": "vm",
-    "SLURM_STEP_TASKS_PER_NODE": "2",
-    "SLURM_PROCID": "1",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "0",
-}
-HOROVOD2 = {**STEP2, "PMIX_RANK": "1"}
+HOROVOD2 = slurm_step(1, 2, job="9", SLURM_JOB_NODELIST=None, PMIX_RANK="1")
 
 
 def test_the_plan_carries_the_tuning_to_the_child_and_explain() -> None:
