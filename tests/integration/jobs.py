@@ -13,6 +13,9 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRAIN = SCRIPTS / "train_tiny.py"
 BIN = Path(sys.executable).parent
 LAUNCHER_PREFIXES = ("SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_", "CTRAIN_")
+# `ctrain bench` options for a run of seconds: a small model, images and batch, few steps
+TINY = ["--model", "MobileNetV2", "--image-size", "32", "--batch", "8", "--steps", "6",
+        "--iters", "3", "--warmup", "2", "--threads", "1", "--timeout", "300"]  # fmt: skip
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -11,10 +11,7 @@ import pytest
 
 from tests.helpers import CTRAIN
 
-from .jobs import clean_env
-
-TINY = ["--model", "MobileNetV2", "--image-size", "32", "--batch", "8", "--steps", "6",
-        "--iters", "3", "--warmup", "2", "--threads", "1", "--timeout", "300"]  # fmt: skip
+from .jobs import TINY, clean_env
 
 
 def bench(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

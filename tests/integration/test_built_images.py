@@ -19,37 +19,26 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import __version__, matrix
+from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY
 
-from .images import BUILD_TIMEOUT, DEFAULT, REPO, TAG, base_image, build_cpu, make
-from .jobs import clean_env, reports, run
-from .test_bench_real import TINY
+from .images import (
+    BUILD_TIMEOUT,
+    DEFAULT,
+    LABEL_PINS,
+    REPO,
+    TAG,
+    base_image,
+    build_cpu,
+    make,
+    pins,
+)
+from .jobs import TINY, clean_env, reports, run
 
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
 ROWS = matrix.load()
 OTHERS = [row.tensorflow for row in ROWS[1:]]
-
-
-# label -> the pin it shows
-LABEL_PINS = {
-    "io.ctrain.ctrain.version": "CTRAIN_VERSION",
-    "io.ctrain.tensorflow.version": "TF_VERSION",
-    "io.ctrain.keras.version": "KERAS_VERSION",
-    "io.ctrain.tensorflow-datasets.version": "TFDS_VERSION",
-    "io.ctrain.horovod.version": "HOROVOD_VERSION",
-    "io.ctrain.openmpi.version": "OPENMPI_VERSION",
-    "io.ctrain.cuda.version": "CUDA_VERSION",
-    "io.ctrain.cudnn.version": "CUDNN_VERSION",
-    "io.ctrain.nccl.version": "NCCL_VERSION",
-    "io.ctrain.horovod.nvcc.version": "HOROVOD_NVCC_VERSION",
-}
-
-
-def pins(tf: str, flavour: str) -> dict[str, str]:
-    """The labels' versions: the matrix's pins and ctrain's version."""
-    return matrix.pins(matrix.find(ROWS, tf), flavour) | {"CTRAIN_VERSION": __version__}
 
 
 def labels(image: str) -> dict[str, str]:

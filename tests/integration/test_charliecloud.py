@@ -25,7 +25,7 @@ from tests.users import TEST_USER
 from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .images import REPO
 from .jobs import SCRIPTS, clean_env, run
-from .test_multinode import probe, reports, same_weights
+from .multinode import probe, reports, same_weights
 
 TIMEOUT = 120
 USER_ENV = {"PATH": f"/usr/sbin:{SYSTEM_PATH}"}  # runuser is in /usr/sbin; nothing else

@@ -21,8 +21,7 @@ import pytest
 from ctrain.cli import COMMANDS
 from tests.helpers import REPO
 
-from .jobs import clean_env
-from .test_bench_real import TINY
+from .jobs import TINY, clean_env
 
 INSTALL_TIMEOUT = 600
 

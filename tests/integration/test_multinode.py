@@ -16,7 +16,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -24,54 +23,23 @@ import pytest
 from tests.conftest import CLUSTER_PARTITION
 from tests.helpers import CTRAIN, wait_for
 
-from .jobs import BIN, SCRIPTS, clean_env, run
+from .jobs import clean_env, run
+from .multinode import (
+    SRUN,
+    STEP_TIMEOUT,
+    cluster_env,
+    hosts,
+    placed,
+    probe,
+    reports,
+    same_weights,
+    worker_hosts,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cluster, pytest.mark.tensorflow]
 
-PROBE = SCRIPTS / "multinode_probe.py"
-SUBNET = "10.77.0.0/24"  # scripts/cluster.sh: the compute hosts' only network
 DEAD_PROXY = "http://10.77.0.1:9"  # the login host's bridge address; nothing listens on port 9
-SRUN = ["srun", "-p", CLUSTER_PARTITION, "-t", "5"]
-STEP_TIMEOUT = 240  # seconds for one training step of up to 4 ranks on the 2 shared cores
 COLLECTIVE_TIMEOUT = 30  # CTRAIN_COLLECTIVE_TIMEOUT for the test that kills a rank
-
-
-def cluster_env(**extra: str) -> dict[str, str]:
-    """clean_env with OpenMPI on the cluster's network instead of loopback."""
-    return clean_env(
-        OMPI_MCA_oob_tcp_if_include=SUBNET, OMPI_MCA_btl_tcp_if_include=SUBNET, **extra
-    )
-
-
-def probe(out: Path, epochs: int = 2, scale: int = 1) -> list[str]:
-    return [str(BIN / "python"), str(PROBE), str(out), str(epochs), str(scale)]
-
-
-def reports(out: Path, size: int) -> list[dict[str, Any]]:
-    """Each rank's report, by the rank TensorFlow or Horovod gave it."""
-    found = [json.loads((out / f"rank{r}.json").read_text()) for r in range(size)]
-    assert [r["said"]["rank"] for r in found] == list(range(size))
-    assert {r["said"]["size"] for r in found} == {size}
-    return found
-
-
-def hosts(found: list[dict[str, Any]]) -> list[str]:
-    return [str(r["host"]) for r in found]
-
-
-def placed(found: list[dict[str, Any]], layout: list[int]) -> bool:
-    """Rank r ran on the job's node layout[r] (Slurm picks which hosts; it orders them by name)."""
-    nodes = sorted(set(hosts(found)))
-    return hosts(found) == [nodes[i] for i in layout] and len(nodes) == max(layout) + 1
-
-
-def same_weights(found: list[dict[str, Any]]) -> bool:
-    return all(r["weights"] == found[0]["weights"] for r in found)
-
-
-def worker_hosts(report: dict[str, Any]) -> list[str]:
-    workers = report["tf_config"]["cluster"]["worker"]
-    return [w.rsplit(":", 1)[0] for w in workers]
 
 
 @pytest.mark.timeout(3 * STEP_TIMEOUT)

@@ -16,17 +16,18 @@ from tests.helpers import CTRAIN
 
 from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
 from .jobs import SCRIPTS, run
-from .slurm_jobs import sh
-from .test_multinode import (
+from .multinode import (
     PROBE,
     SRUN,
     STEP_TIMEOUT,
     cluster_env,
+    hosts,
     placed,
     reports,
     same_weights,
     worker_hosts,
 )
+from .slurm_jobs import sh
 
 pytestmark = [
     pytest.mark.slurm,
@@ -65,7 +66,7 @@ def test_multiworker_through_ch_run_on_two_hosts(
     )
     found = reports(cluster_tmp, 2)
     assert placed(found, [0, 1])  # gethostname() in each container: its own host
-    assert all(worker_hosts(r) == [str(r["host"]) for r in found] for r in found)
+    assert all(worker_hosts(r) == hosts(found) for r in found)
     assert same_weights(found)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 
+from .multinode import OPENMPI_ON_THE_CLUSTER
 from .slurm_jobs import (
     EPOCHS,
     RESUMABLE,
@@ -30,7 +31,6 @@ from .slurm_jobs import (
     wait_done,
     wait_held,
 )
-from .test_multinode import SUBNET
 
 pytestmark = [
     pytest.mark.slurm,
@@ -39,10 +39,6 @@ pytestmark = [
     pytest.mark.timeout(900),
 ]
 NODES = {"nodes": "2", "tasks_per_node": "1", "partition": CLUSTER_PARTITION}
-OPENMPI_ON_THE_CLUSTER = {
-    "OMPI_MCA_oob_tcp_if_include": SUBNET,
-    "OMPI_MCA_btl_tcp_if_include": SUBNET,
-}
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctrain import matrix
+from ctrain import __version__, matrix
 
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
@@ -23,6 +23,25 @@ BUSYBOX_BASE = "ctrain-test/busybox-base:1"
 TAG = "ci"  # the tag of the images the tests build: ctrain:ci-cpu, ctrain:ci, ...
 BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
 DEFAULT = matrix.load()[0].tensorflow  # the matrix's default TensorFlow
+
+# label -> the pin it shows
+LABEL_PINS = {
+    "io.ctrain.ctrain.version": "CTRAIN_VERSION",
+    "io.ctrain.tensorflow.version": "TF_VERSION",
+    "io.ctrain.keras.version": "KERAS_VERSION",
+    "io.ctrain.tensorflow-datasets.version": "TFDS_VERSION",
+    "io.ctrain.horovod.version": "HOROVOD_VERSION",
+    "io.ctrain.openmpi.version": "OPENMPI_VERSION",
+    "io.ctrain.cuda.version": "CUDA_VERSION",
+    "io.ctrain.cudnn.version": "CUDNN_VERSION",
+    "io.ctrain.nccl.version": "NCCL_VERSION",
+    "io.ctrain.horovod.nvcc.version": "HOROVOD_NVCC_VERSION",
+}
+
+
+def pins(tf: str, flavour: str) -> dict[str, str]:
+    """The labels' versions: the matrix's pins and ctrain's version."""
+    return matrix.pins(matrix.find(matrix.load(), tf), flavour) | {"CTRAIN_VERSION": __version__}
 
 
 def base_image() -> str:
