@@ -1,7 +1,7 @@
 """The names that travel between modules and processes, each defined once.
 
-Distributed modes, collectives and bench launchers; container runtimes; the remote image schemes
-and which operation accepts each; the variables ``ctrain launch`` hands the training script.
+Distributed modes, collectives and bench launchers; container runtimes; the variables ``ctrain
+launch`` hands the training script. (Image references and their schemes: ``references``.)
 Every other module derives its lists from these. Imports nothing heavy: the CLI reads its
 choices from here.
 """
@@ -9,7 +9,6 @@ choices from here.
 from __future__ import annotations
 
 import enum
-import ipaddress
 from collections.abc import Mapping
 from typing import Literal, NamedTuple, get_args
 
@@ -75,84 +74,6 @@ RUNTIME_CHOICES = (AUTO, *RUNTIMES)
 def program_of(runtime: str) -> str:
     """The program ``runtime`` is started by (looked up on PATH)."""
     return PROGRAMS.get(runtime, runtime)
-
-
-# ---- remote image schemes -------------------------------------------------------------------
-
-Operation = Literal["pull", "exec", "build"]
-_EVERY: frozenset[Operation] = frozenset(("pull", "exec", "build"))
-
-# SCHEME://... references apptainer and singularity fetch themselves, and the ctrain operations
-# that accept each (anything else is a local file). Apptainer builds from no web address.
-SCHEMES: dict[str, frozenset[Operation]] = {
-    "docker": _EVERY,
-    "docker-daemon": _EVERY,
-    "docker-archive": _EVERY,
-    "oci-archive": _EVERY,
-    "oras": _EVERY,
-    "library": _EVERY,
-    "shub": _EVERY,
-    "http": frozenset(("pull", "exec")),
-    "https": frozenset(("pull", "exec")),
-}
-# Schemes whose references apptainer's pull, exec and run take as SCHEME:REST (one colon;
-# `docker-daemon://` is "invalid reference format" there, `docker-archive://a.tar` is read as
-# `a.tar` with the `//` dropped), while its build takes both forms. ctrain accepts both forms
-# everywhere and hands each operation the form it takes.
-ONE_COLON = ("docker-daemon", "docker-archive", "oci-archive")
-# Schemes whose REST is a file on this machine (`docker save -o`, `podman save --format
-# oci-archive`), not a name a daemon or registry resolves: relative to the working directory.
-ARCHIVE_SCHEMES = ("docker-archive", "oci-archive")
-ENGINE_SCHEME = "docker"  # the one scheme docker and podman accept, and strip
-# A registry on the loopback interface (127.0.0.1:5000, localhost:5000, [::1]:5000) is reached
-# over plain HTTP, as Docker's engine does by default: such a local registry rarely has a
-# certificate. Apptainer needs --no-https for it ("server gave HTTP response to HTTPS client").
-PLAIN_HTTP_SCHEMES = ("docker", "oras")
-
-
-def schemes(operation: Operation) -> tuple[str, ...]:
-    """The schemes ``operation`` accepts, in the table's order."""
-    return tuple(scheme for scheme, accepted in SCHEMES.items() if operation in accepted)
-
-
-def split_reference(reference: str) -> tuple[str, str] | None:
-    """``(scheme, rest)`` of ``SCHEME://REST`` (or ``SCHEME:REST`` for ONE_COLON), else None."""
-    scheme, sep, rest = reference.partition("://")
-    if sep:
-        return scheme, rest
-    scheme, sep, rest = reference.partition(":")
-    return (scheme, rest) if sep and scheme in ONE_COLON else None
-
-
-def is_remote(reference: str, operation: Operation) -> bool:
-    """Whether ``reference`` names a remote image with a scheme ``operation`` accepts."""
-    split = split_reference(reference)
-    return split is not None and operation in SCHEMES.get(split[0], frozenset())
-
-
-def loopback_registry(reference: str) -> bool:
-    """Whether ``reference`` is ``docker://`` or ``oras://`` of a registry on this machine's
-    loopback interface. A first path part is a registry only when a path follows it."""
-    split = split_reference(reference)
-    if split is None or split[0] not in PLAIN_HTTP_SCHEMES or "/" not in split[1]:
-        return False
-    host = split[1].split("/", 1)[0]
-    name = host[1 : host.find("]")] if host.startswith("[") else host.partition(":")[0]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def runtime_reference(reference: str, operation: Operation) -> str:
-    """``reference`` in the form apptainer's ``operation`` takes: ``docker-daemon://NAME:TAG``
-    becomes ``docker-daemon:NAME:TAG`` for pull and exec (and run, shell); build keeps it."""
-    split = split_reference(reference)
-    if split is None or split[0] not in ONE_COLON or operation == "build":
-        return reference
-    return f"{split[0]}:{split[1]}"
 
 
 # ---- what ctrain launch hands the training script -------------------------------------------

@@ -32,14 +32,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from ctrain.images import refs, sif
+from ctrain import references
+from ctrain.images import sif_header
+from ctrain.images.record import IMAGES_DIR, read_sidecar, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import REGISTRY, need, registry_up
 
-from .images import DEFAULT, LABEL_PINS, ci_cpu_sif, ci_cpu_sif_in_registry, pins
+from .images import DEFAULT, ci_cpu_sif, ci_cpu_sif_in_registry
 from .jobs import BIN
-from .multinode import OPENMPI_ON_THE_CLUSTER
 from .slurm_jobs import (
     RESUMABLE,
     final_weights,
@@ -53,6 +53,8 @@ from .slurm_jobs import (
     wait_done,
     wait_held,
 )
+from .test_built_images import LABEL_PINS, pins
+from .test_multinode import SUBNET
 
 EPOCHS = 2  # the requeue test holds before epoch 1, step 5
 pytestmark = [
@@ -167,7 +169,7 @@ def first(remote_image: str, shared: Shared, jobs: list[str]) -> FirstJob:
     workdir = shared.workdir("first")
     out = run_job("multiworker", workdir, shared.env(remote_image), jobs)
     ref = remote_image  # oras:// is the form apptainer pull takes as it is
-    return FirstJob(workdir, out, shared.cache / sif.IMAGES_DIR / refs.image_filename(ref))
+    return FirstJob(workdir, out, shared.cache / IMAGES_DIR / references.image_filename(ref))
 
 
 def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(
@@ -176,8 +178,8 @@ def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(
     text = log(first.workdir, tail=0)
     assert text.count(f"pulling {remote_image} into {first.sif_file}") == 1, text
     head, size = first.sif_file.read_bytes()[:4096], first.sif_file.stat().st_size
-    assert sif.sif_problem(head, size) is None
-    record = sif.read_sidecar(sif.sidecar_of(first.sif_file))
+    assert sif_header.sif_problem(head, size) is None
+    record = read_sidecar(sidecar_of(first.sif_file))
     assert record is not None and record.ref == remote_image
     check_ranks(first.out, "multiworker", first.sif_file)
     assert [e["epoch"] for e in lines(first.out / "epochs.jsonl")] == list(range(EPOCHS))
@@ -248,6 +250,7 @@ def test_every_other_job_script_runs_the_sif_pulled_before(
 
 
 CLUSTER = {"nodes": "2", "tasks_per_node": "1", "partition": CLUSTER_PARTITION}
+CLUSTER_MPI = {"OMPI_MCA_oob_tcp_if_include": SUBNET, "OMPI_MCA_btl_tcp_if_include": SUBNET}
 
 
 def node_names(nodelist: str) -> list[str]:
@@ -263,9 +266,7 @@ def test_an_image_pulled_before_runs_on_two_offline_hosts(
     batch step's `ctrain resolve` finds the image pulled before in the shared cache, as after a
     `ctrain pull` on a login node, and each rank runs that file on its own host."""
     workdir = shared.workdir("two-hosts")
-    out = run_job(
-        "horovod-srun", workdir, shared.env(remote_image, **OPENMPI_ON_THE_CLUSTER), jobs, **CLUSTER
-    )
+    out = run_job("horovod-srun", workdir, shared.env(remote_image, **CLUSTER_MPI), jobs, **CLUSTER)
     record = job_record(jobs[-1])
     assert record["NumNodes"] == "2" and len(node_names(record["NodeList"])) == 2
     check_ranks(out, "horovod", first.sif_file)

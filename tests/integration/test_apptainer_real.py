@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import sif
+from ctrain.images import sif_header
+from ctrain.images.record import IMAGES_DIR, archive_stamp, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, run_ctrain, wait_for
 from tests.users import TEST_USER
@@ -143,8 +144,8 @@ def test_every_top_level_directory_of_the_host_is_where_the_caller_sees_it(
 def test_a_docker_daemon_pull_is_one_whole_sif_reused_the_second_time(
     busybox: Path, root: Path
 ) -> None:
-    assert sif.sif_problem(busybox.read_bytes()[:4096], busybox.stat().st_size) is None
-    record = json.loads(sif.sidecar_of(busybox).read_text())
+    assert sif_header.sif_problem(busybox.read_bytes()[:4096], busybox.stat().st_size) is None
+    record = json.loads(sidecar_of(busybox).read_text())
     assert record["ref"] == f"docker-daemon:{busybox_base()}"  # the form apptainer pull takes
     again = pull(f"docker-daemon://{busybox_base()}", root / "cache")
     assert again.returncode == 0, again.stderr
@@ -202,7 +203,7 @@ def test_an_interrupted_pull_leaves_nothing_and_the_next_one_pulls(
     proc.send_signal(signum)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
-    images = cache / sif.IMAGES_DIR
+    images = cache / IMAGES_DIR
     assert [p.name for p in images.iterdir() if not p.name.endswith(".lock")] == []
     assert list(tmpdir.iterdir()) == []  # apptainer's build-temp-* removed too
     done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -255,9 +256,9 @@ def test_an_archive_is_pulled_by_its_path_and_again_when_it_changes(
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith(f"pulled {scheme}:{archive} -> "), first.stdout
     target = Path(first.stdout.split(" -> ")[-1].strip())
-    record = json.loads(sif.sidecar_of(target).read_text())
+    record = json.loads(sidecar_of(target).read_text())
     info = archive.stat()
-    assert record["source_stamp"] == sif.archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
+    assert record["source_stamp"] == archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
     ran = exec_(str(target), "--", "sh", "-c", "echo from-the-archive", cwd=tmp_path)
     assert (ran.returncode, ran.stdout) == (0, "from-the-archive\n"), ran.stderr
     again = pulls(f"{scheme}://{archive}")  # the same file, written the other way
@@ -326,7 +327,7 @@ def test_two_pulls_at_once_download_once(tmp_path: Path) -> None:
     assert first_out.startswith("pulled ") and second_out.startswith("up to date: "), second_out
     assert "waiting for another pull of " in second_err, second_err
     assert "Creating SIF file" not in second_err  # apptainer ran once
-    images = tmp_path / "cache" / sif.IMAGES_DIR
+    images = tmp_path / "cache" / IMAGES_DIR
     assert sorted(p.suffix for p in images.iterdir()) == [".json", ".lock", ".sif"]
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import enroot, pull
-from ctrain.images.store import PullAsk
+from ctrain.images import pull
+from ctrain.images.stores import enroot
+from ctrain.images.stores.base import PullAsk
 from ctrain.util import locks
 from tests import fake_pyxis
 from tests.helpers import (

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import refs, sif
+from ctrain import references
+from ctrain.images.record import read_sidecar
 from tests.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
 
 from .images import BUSYBOX, busybox_tar
@@ -88,7 +89,7 @@ def present(ref: str) -> bool:
 
 
 def record_of(cache: Path, ref: str) -> Path:
-    return cache / "docker" / f"{refs.safe_name(ref)}.json"
+    return cache / "docker" / f"{references.safe_name(ref)}.json"
 
 
 def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
@@ -106,7 +107,7 @@ def test_pull_writes_a_sidecar_and_a_second_pull_downloads_nothing(
     assert len(pull_events(ref, start)) == 1
 
     record = record_of(cache, ref)
-    sidecar = sif.read_sidecar(record)
+    sidecar = read_sidecar(record)
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "docker", digest)
     image_id = json.loads(docker("image", "inspect", ref).stdout)[0]["Id"]
@@ -134,7 +135,7 @@ def test_force_asks_the_registry_which_has_nothing_new(
     assert forced.returncode == 0, forced.stderr
     assert len(pull_events(ref, start)) == 1  # docker pull ran...
     assert "nothing downloaded (docker pull: up to date)" in forced.stdout  # ...and said so
-    sidecar = sif.read_sidecar(record_of(cache, ref))
+    sidecar = read_sidecar(record_of(cache, ref))
     assert sidecar is not None and sidecar.digest == digest
 
 
@@ -175,4 +176,4 @@ def test_docker_pull_needs_no_scratch_cache(fresh: tuple[str, str], tmp_path: Pa
         env.pop(key, None)
     done = run_ctrain("pull", ref, env=env, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
-    assert list(home.rglob(f"{refs.safe_name(ref)}.json"))
+    assert list(home.rglob(f"{references.safe_name(ref)}.json"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import refs, sif
+from ctrain import references
 from tests.helpers import REGISTRY, run_ctrain
 
 from .podman import TIMEOUT, podman, present, pull_events, push_busybox
@@ -57,8 +57,8 @@ def test_pull_records_the_registry_digest_and_a_second_pull_downloads_nothing(
     assert present(ref)
     assert len(pull_events(ref, start)) == 1
 
-    record = cache / "docker" / f"{refs.safe_name(ref)}.json"
-    sidecar = sif.read_sidecar(record)
+    record = cache / "docker" / f"{references.safe_name(ref)}.json"
+    sidecar = record.read_sidecar(record)
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "podman", digest)
     inspected = json.loads(podman("image", "inspect", ref))[0]

@@ -26,7 +26,7 @@ import pytest
 from ctrain import planner
 from ctrain.container import carry
 from ctrain.images import pull
-from ctrain.images.store import PullAsk
+from ctrain.images.stores.base import PullAsk
 from tests import fake_pyxis
 from tests.helpers import REGISTRY, SRC, need, registry_up
 from tests.standin.remote import DEFAULT_PATH

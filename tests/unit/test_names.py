@@ -10,14 +10,12 @@ from ctrain.container.apptainer import Apptainer
 from ctrain.container.spec import SpecError
 from ctrain.errors import ConfigError, LaunchError
 from ctrain.images.build import BuildRequest, check_request
-from ctrain.images.refs import check_ref
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
-from ctrain.names import (
-    JOB_MODES,
-    Launched,
-    Mode,
+from ctrain.names import JOB_MODES, Launched, Mode
+from ctrain.references import (
     Operation,
+    check_ref,
     is_remote,
     loopback_registry,
     runtime_reference,

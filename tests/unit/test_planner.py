@@ -9,8 +9,8 @@ import pytest
 
 from ctrain import planner
 from ctrain.errors import ConfigError
+from ctrain.images.record import new_sidecar, sidecar_of
 from ctrain.images.resolve import ImageChoice
-from ctrain.images.sif import new_sidecar, sidecar_of
 from ctrain.settings import Resolved, resolve
 from ctrain.settings_table import Value
 from tests import fake_apptainer

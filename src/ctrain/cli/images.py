@@ -94,7 +94,7 @@ def pull(ref: str | None, output: str | None, force: bool, **flags: str | None) 
 
     from ctrain.images import cachedir
     from ctrain.images import pull as pulling
-    from ctrain.images.store import PullAsk, Pulling
+    from ctrain.images.stores.base import PullAsk, Pulling
 
     settings = settings_from(flags)
     runtime, program = _runtime(settings.runtime)
@@ -324,7 +324,7 @@ def push(image: str, target: str | None, if_present: bool, **flags: str | None) 
     digest the registry gave it. Docker only (with podman: podman push).
     """
     from ctrain.images import docker_api
-    from ctrain.images.refs import check_ref
+    from ctrain.references import check_ref
 
     settings = settings_from(flags)
     source, dest = (check_ref(ref, DOCKER) for ref in (image, target or image))

@@ -30,7 +30,7 @@ from typing import Final
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
-from ctrain.names import is_remote, runtime_reference
+from ctrain.references import is_remote, runtime_reference
 from ctrain.releases import RuntimeVersion, needs
 from ctrain.util.secrets import masked
 

@@ -32,7 +32,8 @@ from pathlib import Path, PurePosixPath
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
-from ctrain.names import CH_ENV_FILE, CHARLIECLOUD, is_remote
+from ctrain.names import CH_ENV_FILE, CHARLIECLOUD
+from ctrain.references import is_remote
 from ctrain.releases import RuntimeVersion
 
 CONTAINER_TMP = "/tmp"  # where ch-run binds the host's $TMPDIR (or /tmp)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
-from ctrain.names import ENGINE_SCHEME
+from ctrain.references import ENGINE_SCHEME
 from ctrain.releases import RuntimeVersion
 
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from ctrain.container.spec import ALWAYS, Bind, RunSpec
 from ctrain.errors import SpecError
 from ctrain.launch.jobenv import SlurmEnv
-from ctrain.names import PYXIS, split_reference
-from ctrain.references import enroot_image, is_file_reference
+from ctrain.names import PYXIS
+from ctrain.references import enroot_image, is_file_reference, split_reference
 from ctrain.releases import RuntimeVersion
 
 IMAGE = "--container-image"

@@ -1,1 +1,2 @@
-"""Images on disk: the cache directory, pulls and SIF records, builds, overlays, cache upkeep."""
+"""Images on disk: the cache directory, pulls (the stores, their records), builds, overlays,
+cache upkeep."""

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from ctrain.errors import ExternalToolError, Interrupted, SpecError
 from ctrain.images import cachedir
-from ctrain.images.sif import check_sif
-from ctrain.names import ENGINE_RUNTIMES, is_remote
+from ctrain.images.sif_header import check_sif
+from ctrain.names import ENGINE_RUNTIMES
+from ctrain.references import is_remote
 from ctrain.releases import RuntimeVersion, installed_version, needs
 from ctrain.util import fs, proc
 from ctrain.util.envpairs import parse_env_pair

@@ -29,8 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from ctrain.errors import ConfigError
-from ctrain.images import sif
 from ctrain.images.cachedir import CacheChoice, in_use_lock
+from ctrain.images.record import (
+    CH_DIR,
+    ENGINE_DIR,
+    IMAGES_DIR,
+    Sidecar,
+    lock_of,
+    read_sidecar,
+    sidecar_of,
+)
 from ctrain.util import locks
 from ctrain.util.fs import human
 
@@ -100,13 +108,13 @@ def top_entries(root: Path) -> list[Entry]:
     return sorted(entries, key=lambda e: (-e.size, e.name))
 
 
-def sidecars(root: Path) -> list[tuple[Path, sif.Sidecar]]:
+def sidecars(root: Path) -> list[tuple[Path, Sidecar]]:
     """Records of pulled images: ``images/*.json`` and ``docker/*.json``."""
     found = []
-    for sub in (sif.IMAGES_DIR, sif.ENGINE_DIR):
+    for sub in (IMAGES_DIR, ENGINE_DIR):
         with contextlib.suppress(OSError):
             for path in sorted((root / sub).glob("*.json")):
-                sidecar = sif.read_sidecar(path)
+                sidecar = read_sidecar(path)
                 if sidecar is not None:
                     found.append((path, sidecar))
     return found
@@ -120,7 +128,7 @@ def info(choice: CacheChoice) -> dict[str, Any]:
     pulled = []
     for path, sidecar in sidecars(root):
         image = path.with_name(path.name[: -len(".json")])
-        is_sif = path.parent.name == sif.IMAGES_DIR
+        is_sif = path.parent.name == IMAGES_DIR
         pulled.append(
             {
                 **{k: v for k, v in vars(sidecar).items() if v is not None},
@@ -196,7 +204,7 @@ def _files(root: Path) -> Iterator[Path]:
         dirs.sort()
         for name in sorted(files):
             yield Path(directory) / name
-        whole = Path(directory) == root / sif.CH_DIR  # each image directory is one entry
+        whole = Path(directory) == root / CH_DIR  # each image directory is one entry
         for name in dirs:  # symlinks to directories are removed as links, never followed
             if whole or (Path(directory) / name).is_symlink():
                 yield Path(directory) / name
@@ -249,11 +257,11 @@ def plan_clean(root: Path, cutoff: float) -> CleanPlan:
             continue
         group = [path]
         size = disk_usage(path)
-        sidecar = sif.sidecar_of(path)
+        sidecar = sidecar_of(path)
         if sidecar in present:
             group.append(sidecar)
             size += disk_usage(sidecar)
-        if locks.is_held(sif.lock_of(_pull_target(path))):
+        if locks.is_held(lock_of(_pull_target(path))):
             plan.skipped.append((path, "a pull holds its lock"))
             continue
         note = "and its sidecar" if len(group) > 1 else ""

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})\Z")
+from ctrain.references import digest_in_ref
+
 _DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})", re.MULTILINE)
 
 PullStatus = Literal["downloaded", "up to date", "unknown"]
@@ -22,12 +23,6 @@ def engine_pull_argv(program: str, ref: str) -> list[str]:
 
 def engine_inspect_argv(program: str, ref: str) -> list[str]:
     return [program, "image", "inspect", ref]
-
-
-def digest_in_ref(ref: str) -> str | None:
-    """``sha256:...`` when the reference is pinned by digest (``...@sha256:<64 hex>``)."""
-    found = _DIGEST.search(ref)
-    return found.group(1) if found else None
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """``ctrain pull``: the store of each runtime that pulls, chosen from one table, as
 ``container.runtimes`` chooses adapters; the pull steps themselves, and what a pull is asked
-(``PullAsk``) and runs with (``Pulling``), are images.store's.
+(``PullAsk``) and runs with (``Pulling``), are images.stores.base's.
 
-- apptainer, singularity: a SIF file (images.sif_pull);
-- pyxis: an enroot squashfs file (images.enroot);
-- charliecloud: an image directory (images.charliecloud);
-- docker, podman: the engine's own store (images.engine_pull).
+- apptainer, singularity: a SIF file (images.stores.sif);
+- pyxis: an enroot squashfs file (images.stores.enroot);
+- charliecloud: an image directory (images.stores.charliecloud);
+- docker, podman: the engine's own store (images.stores.engine).
 
 A failed download of the `image` setting's default, which no registry may hold until a release
 publishes it, ends in the one line that says so and how to build or push it (``pull``).
@@ -14,11 +14,11 @@ publishes it, ends in the one line that says so and how to build or push it (``p
 from __future__ import annotations
 
 from ctrain.errors import ConfigError, CtrainError, PullError
-from ctrain.images.charliecloud import CharliecloudStore
-from ctrain.images.engine_pull import EngineStore
-from ctrain.images.enroot import EnrootStore
-from ctrain.images.sif_pull import SifStore
-from ctrain.images.store import PullAsk, Pulling, PullPlan, PullResult, Store
+from ctrain.images.stores.base import PullAsk, Pulling, PullPlan, PullResult, Store
+from ctrain.images.stores.charliecloud import CharliecloudStore
+from ctrain.images.stores.engine import EngineStore
+from ctrain.images.stores.enroot import EnrootStore
+from ctrain.images.stores.sif import SifStore
 from ctrain.names import CHARLIECLOUD, ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
 from ctrain.settings_table import BY_NAME
 

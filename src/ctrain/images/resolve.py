@@ -1,6 +1,6 @@
 """The image a container gets: a remote reference on apptainer or singularity becomes one local
 SIF file, pulled once through ``ctrain pull`` (its lock, its record, its atomic rename); on
-charliecloud, one image directory (``images.charliecloud``), the same way.
+charliecloud, one image directory (``images.stores.charliecloud``), the same way.
 
 Apptainer asks the registry for a ``docker://`` manifest before it looks at its own cache, so a
 remote reference handed to every rank needs the network on every compute node, and on a cold
@@ -10,12 +10,12 @@ the pull's record says the file is there and whole, nothing touches the network.
 one step never pull: the job scripts resolve the image once in the batch step
 (``ctrain resolve``), and a rank that finds no pulled file refuses with that fix.
 
-Docker and podman pull on each node themselves, the host runtime has no image, and a local file
-is used as it is: those references are returned as given. On pyxis a remote reference
-(``docker://...``) is imported once by ``enroot import`` (images.enroot, through the same pull
-machinery) and the squashfs file is returned, so the nodes of a step do not each import it; a
-local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned
-in enroot's form (ctrain.references).
+Docker and podman pull on each node themselves, the host runtime has no image, and a local file is
+used as it is: those references are returned as given. On pyxis a remote reference
+(``docker://...``) is imported once by ``enroot import`` (images.stores.enroot, through the same
+pull machinery) and the squashfs file is returned, so the nodes of a step do not each import it; a
+local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned in
+enroot's form (ctrain.references).
 
 Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
 header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Literal
 
 from ctrain.errors import ConfigError, SpecError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
-from ctrain.names import CACHED_RUNTIMES, PYXIS, SIF_RUNTIMES, is_remote
+from ctrain.names import CACHED_RUNTIMES, PYXIS, SIF_RUNTIMES
+from ctrain.references import is_remote
 from ctrain.settings_table import Settings
 
 if TYPE_CHECKING:
     from ctrain.images.cachedir import CacheChoice
-    from ctrain.images.store import PullPlan
+    from ctrain.images.stores.base import PullPlan
 
 Decision = Literal["as given", "pulled", "pull", "refuse"]
 
@@ -113,7 +114,7 @@ def choose(
     if decide(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)
     from ctrain.images import cachedir, pull
-    from ctrain.images.store import PullAsk
+    from ctrain.images.stores.base import PullAsk
 
     cache = cachedir.resolve_cache_dir(settings, environ)
     plan = pull.plan(PullAsk(ref=image, runtime=runtime, program=program, cache_root=cache.path))
@@ -142,7 +143,7 @@ def fetch(
     if choice.pull is None or choice.cache is None:
         return
     from ctrain.images import cachedir, pull
-    from ctrain.images.store import Pulling
+    from ctrain.images.stores.base import Pulling
 
     cachedir.ensure_dirs(choice.cache)
     pull.pull(choice.pull, Pulling(choice.cache, environ, min_free_gb, say, tmpdir=choice.tmpdir))

@@ -14,7 +14,7 @@ from ctrain.container.runtimes import Invocation, Request, describe, plan_invoca
 from ctrain.errors import ExternalToolError, SpecError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, child_environ, make_plan
-from ctrain.names import is_remote, runtime_reference
+from ctrain.references import is_remote, runtime_reference
 from ctrain.releases import RuntimeVersion, needs, parse_version
 
 

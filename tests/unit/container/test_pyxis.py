@@ -123,7 +123,7 @@ def test_pyxis_is_srun_and_never_auto() -> None:
 
 
 def test_exec_dry_run_names_the_import_first(tmp_path: Path) -> None:
-    """A docker:// image is imported once before the step (images/enroot.py): --dry-run says
+    """A docker:// image is imported once before the step (images/stores/enroot.py): --dry-run says
     with which command, and enroot's paths in the cache."""
     box = sandbox(tmp_path)
     box.add_program("srun", "#!/bin/sh\nexit 0\n")

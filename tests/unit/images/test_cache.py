@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError
-from ctrain.images import cache, sif
+from ctrain.images import cache
 from ctrain.images.cachedir import CacheChoice
+from ctrain.images.record import Sidecar
 from tests import fake_apptainer
 from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
 
@@ -57,7 +58,7 @@ def put(path: Path, data: bytes = b"x" * 5000, age_days: float = 0) -> Path:
 
 
 def sidecar_text(ref: str) -> str:
-    return sif.Sidecar(ref, "apptainer", "2026-01-01T00:00:00Z", "0.1.0", size=5000).to_json()
+    return Sidecar(ref, "apptainer", "2026-01-01T00:00:00Z", "0.1.0", size=5000).to_json()
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def root(tmp_path: Path) -> Path:
     put(r / "cache" / "blob" / "blobs" / "sha256" / "bbbb", age_days=2)
     put(r / "cache" / "oci-tmp" / "cccc", age_days=45)
     put(r / "tmp" / "build-123" / "rootfs", age_days=31)
-    engine = sif.Sidecar("r:5000/t/bb:1", "docker", "2026-01-01T00:00:00Z", "0.1.0",
+    engine = Sidecar("r:5000/t/bb:1", "docker", "2026-01-01T00:00:00Z", "0.1.0",
                             digest="sha256:" + "ab" * 32, image_id="sha256:1111")  # fmt: skip
     put(r / "docker" / "r_5000_t_bb_1.json", engine.to_json().encode(), age_days=1)
     return r

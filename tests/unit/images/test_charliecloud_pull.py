@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError, ExternalToolError, PullError
-from ctrain.images import charliecloud, docker_api, pull
+from ctrain.images import docker_api, pull
 from ctrain.images.cachedir import CacheChoice
-from ctrain.images.sif import read_sidecar
-from ctrain.images.store import PullAsk, Pulling
+from ctrain.images.record import read_sidecar
+from ctrain.images.stores import charliecloud
+from ctrain.images.stores.base import PullAsk, Pulling
 from tests.helpers import SYSTEM_PATH
 
 # Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each

@@ -1,6 +1,6 @@
-"""images/enroot.py's pure parts (enroot's URI, argv, the squashfs superblock, the plan, enroot's
-paths) and the enroot stand-in's argument and configuration parsing, pinned to enroot's rules
-(docs/pyxis-facts.md, "enroot import")."""
+"""images/stores/enroot.py's pure parts (enroot's URI, argv, the squashfs superblock, the plan,
+enroot's paths) and the enroot stand-in's argument and configuration parsing, pinned to enroot's
+rules (docs/pyxis-facts.md, "enroot import")."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import ConfigError
-from ctrain.images import cachedir, enroot, pull
-from ctrain.images.store import PullAsk
+from ctrain.images import cachedir, pull
+from ctrain.images.stores import enroot
+from ctrain.images.stores.base import PullAsk
 from ctrain.names import PYXIS
 from tests.helpers import need
 from tests.standin_pyxis import enroot as standin

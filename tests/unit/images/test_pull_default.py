@@ -12,7 +12,7 @@ import pytest
 from ctrain import __version__
 from ctrain.errors import CtrainError, PullError
 from ctrain.images import pull
-from ctrain.images.store import PullAsk
+from ctrain.images.stores.base import PullAsk
 from ctrain.names import CHARLIECLOUD, ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
 from tests import fake_apptainer
 from tests.helpers import run_ctrain

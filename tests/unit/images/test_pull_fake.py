@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ctrain.images import refs, sif
+from ctrain import references
+from ctrain.images.record import read_sidecar, sidecar_of
 from tests import fake_apptainer
 from tests.helpers import run_ctrain, snapshot, start_ctrain, wait_for
 
@@ -100,7 +101,7 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
     assert not temp.exists()
     assert not (fake.cache / "cache").exists()  # stored once: nothing in apptainer's cache
 
-    sidecar = sif.read_sidecar(sif.sidecar_of(target))
+    sidecar = read_sidecar(sidecar_of(target))
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.ctrain_version) == (REF_A, "apptainer", "0.1.0")
     assert sidecar.size == len(content(REF_A)) and sidecar.target == str(target)
@@ -110,14 +111,14 @@ def test_first_pull_argv_environment_target_and_sidecar(fake: Env) -> None:
 
 def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / refs.image_filename(REF_A)
-    sidecar_before = sif.sidecar_of(target).read_bytes()
+    target = fake.cache / "images" / references.image_filename(REF_A)
+    sidecar_before = sidecar_of(target).read_bytes()
 
     again = fake.run(REF_A)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"up to date: {target}") and "nothing downloaded" in again.stdout
     assert len(fake.calls("pull")) == 1
-    assert sif.sidecar_of(target).read_bytes() == sidecar_before
+    assert sidecar_of(target).read_bytes() == sidecar_before
 
     forced = fake.run("--force", REF_A)
     assert forced.returncode == 0, forced.stderr
@@ -128,24 +129,24 @@ def test_second_pull_downloads_nothing_and_force_does(fake: Env) -> None:
 def test_ref_defaults_to_the_image_setting(fake: Env) -> None:
     done = fake.run(CTRAIN_IMAGE=REF_B)
     assert done.returncode == 0, done.stderr
-    assert (fake.cache / "images" / refs.image_filename(REF_B)).read_bytes() == content(REF_B)
+    assert (fake.cache / "images" / references.image_filename(REF_B)).read_bytes() == content(REF_B)
 
 
 def test_output_file_and_directory(fake: Env) -> None:
     (fake.tmp / "out dir").mkdir()
     done = fake.run(REF_A, "-o", "out dir")
     assert done.returncode == 0, done.stderr
-    assert (fake.tmp / "out dir" / refs.image_filename(REF_A)).read_bytes() == content(REF_A)
+    assert (fake.tmp / "out dir" / references.image_filename(REF_A)).read_bytes() == content(REF_A)
     named = fake.tmp / "out dir" / 'train\'s "image".sif'
     done = fake.run(REF_A, "-o", str(named))
     assert done.returncode == 0, done.stderr
     assert named.read_bytes() == content(REF_A)
-    assert sif.read_sidecar(sif.sidecar_of(named)) is not None
+    assert read_sidecar(sidecar_of(named)) is not None
 
 
 def test_a_damaged_target_is_pulled_again(fake: Env) -> None:
     assert fake.run(REF_A).returncode == 0
-    target = fake.cache / "images" / refs.image_filename(REF_A)
+    target = fake.cache / "images" / references.image_filename(REF_A)
     with target.open("r+b") as handle:
         handle.truncate(5000)
     done = fake.run(REF_A)
@@ -199,7 +200,7 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
     try:
         assert target.read_bytes() == content(REF_A)
-        assert sif.read_sidecar(sif.sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
+        assert read_sidecar(sidecar_of(target)).ref == REF_A  # type: ignore[union-attr]
         assert temp.exists()  # left behind: SIGKILL gives ctrain no chance
         after_kill = snapshot(fake.tmp)
         for name in ("img.sif", "img.sif.json"):
@@ -246,7 +247,7 @@ def test_three_concurrent_pulls_download_once(fake: Env) -> None:
     assert outs == ["pulled", "up", "up"]
     waited = [err for _, err in results if "waiting for another pull" in err]
     assert len(waited) == 2 and all("ctrain pull, pid " in err for err in waited)
-    target = fake.cache / "images" / refs.image_filename(REF_A)
+    target = fake.cache / "images" / references.image_filename(REF_A)
     assert target.read_bytes() == content(REF_A)
     assert not [p for p in target.parent.iterdir() if ".pull-" in p.name]
 
@@ -320,14 +321,14 @@ def test_too_little_free_space_is_refused_before_a_download(fake: Env) -> None:
     lines = done.stderr.strip().splitlines()
     assert "GiB needed" in lines[-1] and "CTRAIN_MIN_FREE_GB" in lines[-1]
     assert fake.calls("pull") == []
-    assert not (fake.cache / "images" / refs.image_filename(REF_A)).exists()
+    assert not (fake.cache / "images" / references.image_filename(REF_A)).exists()
 
 
 def test_singularity_runtime_uses_the_singularity_program(fake: Env) -> None:
     fake_apptainer.install(fake.tmp / "bin", "singularity")
     done = fake.run(REF_A, "--runtime", "singularity")
     assert done.returncode == 0, done.stderr
-    sidecar = sif.read_sidecar(sif.sidecar_of(fake.cache / "images" / refs.image_filename(REF_A)))
+    sidecar = read_sidecar(sidecar_of(fake.cache / "images" / references.image_filename(REF_A)))
     assert sidecar is not None and sidecar.runtime == "singularity"
 
 

@@ -12,10 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from ctrain import references
 from ctrain.errors import ConfigError
-from ctrain.images import engine, pull, refs, sif
-from ctrain.images.sif import Sidecar, TargetState
-from ctrain.images.store import PullAsk
+from ctrain.images import engine, pull
+from ctrain.images.record import (
+    Sidecar,
+    TargetState,
+    archive_stamp,
+    decide,
+    lock_of,
+    read_sidecar,
+    sidecar_of,
+)
+from ctrain.images.stores import sif as sif_store
+from ctrain.images.stores.base import PullAsk
 from ctrain.util import fs, locks
 
 WEIRD = ["plain", "with space", "quote'and\"double", "new\nline", "colon:comma,", "ünï"]
@@ -38,7 +48,7 @@ DIGEST = "sha256:" + "ab" * 32
     ],
 )
 def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
-    assert refs.check_ref(ref, runtime) == expected
+    assert references.check_ref(ref, runtime) == expected
 
 
 @pytest.mark.parametrize(
@@ -58,7 +68,7 @@ def test_check_ref_accepts(ref: str, runtime: str, expected: str) -> None:
 )
 def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> None:
     with pytest.raises(ConfigError) as info:
-        refs.check_ref(ref, runtime)
+        references.check_ref(ref, runtime)
     assert words in info.value.line()
     assert "\n" not in info.value.line().replace(repr(ref), "")
 
@@ -73,12 +83,12 @@ def test_check_ref_refuses_with_the_fix(ref: str, runtime: str, words: str) -> N
     ],
 )
 def test_image_filename(ref: str, name: str) -> None:
-    assert refs.image_filename(ref) == name
+    assert references.image_filename(ref) == name
 
 
 def test_long_names_are_shortened_and_stay_distinct() -> None:
-    a = refs.image_filename("docker://r/" + "x" * 300 + ":1")
-    b = refs.image_filename("docker://r/" + "x" * 300 + ":2")
+    a = references.image_filename("docker://r/" + "x" * 300 + ":1")
+    b = references.image_filename("docker://r/" + "x" * 300 + ":2")
     assert a != b and len(a) < 130 and a.endswith(".sif")
 
 
@@ -89,8 +99,8 @@ def test_digest_in_ref() -> None:
 
 def test_companion_paths() -> None:
     target = Path("/c/images/x.sif")
-    assert sif.sidecar_of(target) == Path("/c/images/x.sif.json")
-    assert sif.lock_of(target) == Path("/c/images/x.sif.lock")
+    assert sidecar_of(target) == Path("/c/images/x.sif.json")
+    assert lock_of(target) == Path("/c/images/x.sif.lock")
 
 
 # -- argv golden tests --------------------------------------------------------------------------
@@ -99,19 +109,19 @@ def test_companion_paths() -> None:
 @pytest.mark.parametrize("name", WEIRD)
 def test_sif_argv_round_trips_any_path(name: str) -> None:
     temp = Path("/d") / name / ".x.sif.pull-1"
-    assert sif.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
+    assert sif_store.sif_pull_argv("apptainer", temp, "docker://a/b:1", False) == [
         "apptainer", "pull", "--disable-cache", str(temp), "docker://a/b:1",
     ]  # fmt: skip
-    assert sif.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
+    assert sif_store.sif_pull_argv("/opt/singularity", temp, "oras://a/b:1", True) == [
         "/opt/singularity", "pull", "--disable-cache", "--force", str(temp), "oras://a/b:1",
     ]  # fmt: skip
-    assert sif.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
+    assert sif_store.sif_inspect_argv("apptainer", temp) == ["apptainer", "inspect", str(temp)]
 
 
 def test_a_loopback_registry_is_pulled_over_plain_http() -> None:
     temp = Path("/d/.x.sif.pull-1")
     ref = "docker://127.0.0.1:5000/a/b:1"
-    assert sif.sif_pull_argv("apptainer", temp, ref, False) == [
+    assert sif_store.sif_pull_argv("apptainer", temp, ref, False) == [
         "apptainer", "pull", "--disable-cache", "--no-https", str(temp), ref,
     ]  # fmt: skip
 
@@ -140,7 +150,7 @@ def test_sidecar_round_trip(tmp_path: Path) -> None:
     sidecar = _sidecar(digest=DIGEST, target="/x y/z.sif")
     path = tmp_path / "x.sif.json"
     fs.write_text(path, sidecar.to_json())
-    assert sif.read_sidecar(path) == sidecar
+    assert read_sidecar(path) == sidecar
     assert json.loads(path.read_text())["ref"] == "docker://a/b:1"
     assert [p.name for p in tmp_path.iterdir()] == ["x.sif.json"]  # no temporary left
 
@@ -200,7 +210,7 @@ def test_decide(  # noqa: PLR0913
     action: str,
     words: str,
 ) -> None:
-    got, reason = sif.decide(sidecar, REF, state, owned, force)
+    got, reason = decide(sidecar, REF, state, owned, force)
     assert (got, words in reason) == (action, True), reason
 
 
@@ -358,9 +368,9 @@ def test_plan_an_archive_by_its_absolute_path_and_stamp(
         PullAsk(ref=ref, runtime="apptainer", program="apptainer", cache_root=tmp_path)
     )
     assert plan.ref == f"{scheme}:{archive}"  # the form apptainer pull takes
-    assert plan.target == tmp_path / "images" / refs.image_filename(f"{scheme}:{archive}")
+    assert plan.target == tmp_path / "images" / references.image_filename(f"{scheme}:{archive}")
     info = archive.stat()
-    assert plan.stamp == sif.archive_stamp(10, info.st_mtime_ns, info.st_ino)
+    assert plan.stamp == archive_stamp(10, info.st_mtime_ns, info.st_ino)
     other = pull.plan(
         PullAsk(ref="docker://a/b:1", runtime="apptainer", program="a", cache_root=tmp_path)
     )
@@ -374,8 +384,8 @@ def test_plan_an_archive_that_is_not_here_without_a_stamp(tmp_path: Path) -> Non
         PullAsk(ref=ref, runtime="apptainer", program="apptainer", cache_root=tmp_path)
     )
     assert (plan.ref, plan.stamp) == (ref, None)
-    assert refs.archive_path(ref) == tmp_path / "gone.tar"
-    assert refs.archive_path("docker://a/b:1") is None
+    assert references.archive_path(ref) == tmp_path / "gone.tar"
+    assert references.archive_path("docker://a/b:1") is None
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,14 @@ in ctrain's cache, which every pyxis step then runs (``--container-image=FILE.sq
 importing the image again on each node.
 
 enroot's command is ``enroot import -o FILE URI`` with ``URI`` in its own form,
-``docker://[USER@][REGISTRY#]IMAGE[:TAG]`` (or ``dockerd://IMAGE[:TAG]``); it refuses an output
-file that exists (it has no ``--force``). So the import writes to a fresh temporary name beside
-the target, ``.<name>.pull-<token>``, which is checked (squashfs superblock) and renamed over the
-target by the pull steps every store shares (images.store): a killed import leaves the previous
-file whole, and the next pull removes the leftover. The same reuse decision and record as a SIF
-pull (images.sif): pulling an up-to-date file again downloads nothing. enroot's own paths (its
-layer cache, data, runtime and temporary directories) are ``cachedir.enroot_env``'s, never $HOME.
-The facts, with their sources: docs/pyxis-facts.md, "enroot import".
+``docker://[USER@][REGISTRY#]IMAGE[:TAG]`` (or ``dockerd://IMAGE[:TAG]``); it refuses an output file
+that exists (it has no ``--force``). So the import writes to a fresh temporary name beside the
+target, ``.<name>.pull-<token>``, which is checked (squashfs superblock) and renamed over the target
+by the pull steps every store shares (images.stores.base): a killed import leaves the previous file
+whole, and the next pull removes the leftover. The same reuse decision and record as a SIF pull
+(images.record): pulling an up-to-date file again downloads nothing. enroot's own paths (its layer
+cache, data, runtime and temporary directories) are ``cachedir.enroot_env``'s, never $HOME. The
+facts, with their sources: docs/pyxis-facts.md, "enroot import".
 
 Pure: the URI, names, argv, the superblock check, the plan. Effectful: ``EnrootStore.fetch``.
 """
@@ -23,8 +23,7 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, ExternalToolError, SpecError
 from ctrain.images import cachedir
-from ctrain.images.refs import safe_name
-from ctrain.images.sif import (
+from ctrain.images.record import (
     IMAGES_DIR,
     Action,
     Sidecar,
@@ -33,9 +32,9 @@ from ctrain.images.sif import (
     new_sidecar,
     read_sidecar,
 )
-from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan, run_tool
-from ctrain.names import PYXIS, split_reference
-from ctrain.references import enroot_image, is_file_reference
+from ctrain.images.stores.base import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan, run_tool
+from ctrain.names import PYXIS
+from ctrain.references import enroot_image, is_file_reference, safe_name, split_reference
 from ctrain.util import proc
 
 ENROOT = "enroot"

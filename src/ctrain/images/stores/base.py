@@ -20,7 +20,7 @@ directory) pull through ``FileStore.pull``, the same steps for each:
 A pull killed at any moment leaves the previous image and its record as they were, or no
 record (pull again); never a record of another image. Each store supplies what differs: its
 decision, its fetch and check, its record. Docker and podman keep images in their own store
-(images.engine_pull).
+(images.stores.engine).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ctrain.errors import ConfigError, Interrupted, PullError
 from ctrain.images import cachedir
-from ctrain.images.sif import Action, Sidecar, lock_of, sidecar_of
+from ctrain.images.record import Action, Sidecar, lock_of, sidecar_of
 from ctrain.util import fs, locks, proc
 
 if TYPE_CHECKING:

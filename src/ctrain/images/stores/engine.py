@@ -1,5 +1,5 @@
 """The engine store (``ctrain pull --runtime docker|podman``): the image goes to the engine's own
-store, under the lock of images.store (signals raised as errors): docker through its API
+store, under the lock of images.stores.base (signals raised as errors): docker through its API
 (``images.docker_api``, the layers' progress to the caller), podman through its CLI (``podman
 pull``, ``podman image inspect``). ctrain keeps a sidecar record in ``CACHE/docker/``, and a pull
 whose record names the image the engine holds downloads nothing.
@@ -20,9 +20,8 @@ from ctrain.images.engine import (
     pull_outcome,
     pulled_digest,
 )
-from ctrain.images.refs import check_ref, safe_name
-from ctrain.images.sif import ENGINE_DIR, new_sidecar, read_sidecar
-from ctrain.images.store import (
+from ctrain.images.record import ENGINE_DIR, new_sidecar, read_sidecar
+from ctrain.images.stores.base import (
     INSPECT_TIMEOUT,
     PULL_TIMEOUT,
     PullAsk,
@@ -33,6 +32,7 @@ from ctrain.images.store import (
     pull_lock,
 )
 from ctrain.names import DOCKER
+from ctrain.references import check_ref, safe_name
 from ctrain.util import fs, proc
 
 

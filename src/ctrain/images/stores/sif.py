@@ -1,13 +1,14 @@
 """The SIF store (apptainer, singularity): ``CACHE/images/<name>.sif``, or the file ``-o`` names.
 
 A pull runs ``<runtime> pull --disable-cache`` into the temporary name (stored once, not also in
-Apptainer's cache), checks the SIF header and ``<runtime> inspect``, and is renamed over the
-target by the steps of images.store. Apptainer's own temporary space is a scratch directory in
-the node-local one (``cachedir.build_tmpdir``); SIGTERM/SIGINT/SIGHUP are passed to it and ctrain
-waits while it removes its ``build-temp-*`` (``proc.stream_forwarding``). Whether a target is
-reused, pulled again or refused (a file ``-o`` names that ctrain did not pull), and its record,
-are ``images.sif``'s. An archive (``docker-archive:``, ``oci-archive:``) is pulled again when
-its stamp changes; one no longer there keeps its recorded pull, and a new pull of it is refused.
+Apptainer's cache), checks the SIF header and ``<runtime> inspect``, and is renamed over the target
+by the steps of images.stores.base. Apptainer's own temporary space is a scratch directory in the
+node-local one (``cachedir.build_tmpdir``); SIGTERM/SIGINT/SIGHUP are passed to it and ctrain waits
+while it removes its ``build-temp-*`` (``proc.stream_forwarding``). Whether a target is reused,
+pulled again or refused (a file ``-o`` names that ctrain did not pull), and its record, are
+``images.record``'s; the header check is ``images.sif_header``'s. An archive (``docker-archive:``,
+``oci-archive:``) is pulled again when its stamp changes; one no longer there keeps its recorded
+pull, and a new pull of it is refused.
 """
 
 from __future__ import annotations
@@ -17,21 +18,18 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.images import cachedir
-from ctrain.images.engine import digest_in_ref
-from ctrain.images.refs import archive_path, archive_ref, check_ref, image_filename
-from ctrain.images.sif import (
+from ctrain.images.record import (
     IMAGES_DIR,
     Action,
     Sidecar,
-    check_sif,
+    archive_ref,
     decide,
     new_sidecar,
     read_sidecar,
-    sif_inspect_argv,
-    sif_pull_argv,
     target_state,
 )
-from ctrain.images.store import (
+from ctrain.images.sif_header import check_sif
+from ctrain.images.stores.base import (
     INSPECT_TIMEOUT,
     UNTOUCHED,
     FileStore,
@@ -40,7 +38,27 @@ from ctrain.images.store import (
     PullPlan,
     run_tool,
 )
+from ctrain.references import (
+    archive_path,
+    check_ref,
+    digest_in_ref,
+    image_filename,
+    loopback_registry,
+)
 from ctrain.util import fs, proc
+
+
+def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
+    """Straight into ``temp``, not through Apptainer's cache: the image is stored once; a
+    registry on the loopback interface over plain HTTP (``references.loopback_registry``)."""
+    flags = ["--disable-cache", *(["--force"] if force else [])]
+    if loopback_registry(ref):
+        flags.append("--no-https")
+    return [program, "pull", *flags, str(temp), ref]
+
+
+def sif_inspect_argv(program: str, path: Path) -> list[str]:
+    return [program, "inspect", str(path)]
 
 
 def sif_pull_env(cache: cachedir.CacheChoice, tmpdir: Path) -> dict[str, str]:

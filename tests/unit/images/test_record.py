@@ -1,6 +1,7 @@
-"""The SIF header check, field by field as the sif loader reads it: magic, version ``01``, no
-negative field, descriptors after the header and exactly total x 585 bytes, nothing beyond
-the end of the file. Headers are packed here from the layout, not taken from the stand-in."""
+"""The record of a pull (the sidecar, the target's state, the reuse decision) and the SIF header
+check, field by field as the sif loader reads it: magic, version ``01``, no negative field,
+descriptors after the header and exactly total x 585 bytes, nothing beyond the end of the file.
+Headers are packed here from the layout, not taken from the stand-in."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ import pytest
 
 import ctrain
 from ctrain.errors import ConfigError
-from ctrain.images import sif
+from ctrain.images import sif_header
+from ctrain.images.record import (
+    Sidecar,
+    TargetState,
+    decide,
+    new_sidecar,
+    read_sidecar,
+    target_state,
+)
 
 # The eight int64 fields of the header, in order (sylabs/sif).
 FIELDS = ("created", "modified", "free", "total", "desc_off", "desc_len", "data_off", "data_len")
@@ -37,7 +46,7 @@ GOOD = {
 def image(version: bytes = b"01\0", magic: bytes = b"SIF_MAGIC\0", **fields: int) -> bytes:
     """A whole image: header, zeros up to the data, the data."""
     values = {**GOOD, **fields}
-    header = sif.SIF_HEADER.pack(
+    header = sif_header.SIF_HEADER.pack(
         b"#!/usr/bin/env run-singularity\n", magic, version, b"02\0", b"0123456789abcdef",
         *(values[name] for name in FIELDS),
     )  # fmt: skip
@@ -45,7 +54,7 @@ def image(version: bytes = b"01\0", magic: bytes = b"SIF_MAGIC\0", **fields: int
 
 
 def problem(data: bytes) -> str | None:
-    return sif.sif_problem(data[: sif.SIF_HEADER.size], len(data))
+    return sif_header.sif_problem(data[: sif_header.SIF_HEADER.size], len(data))
 
 
 def test_a_whole_image_passes() -> None:
@@ -76,7 +85,7 @@ def test_a_negative_size_or_offset_is_malformed(field: str, value: int) -> None:
     assert problem(image(**{field: value})) == "malformed SIF header"
 
 
-@pytest.mark.parametrize("value", [-1, 0, 100, sif.SIF_HEADER.size - 1])
+@pytest.mark.parametrize("value", [-1, 0, 100, sif_header.SIF_HEADER.size - 1])
 def test_descriptors_inside_the_header_are_malformed(value: int) -> None:
     assert problem(image(desc_off=value)) == "malformed SIF header"
 
@@ -106,9 +115,9 @@ def test_check_sif_on_disk(tmp_path: Path) -> None:
     good.write_bytes(image())
     bad = tmp_path / "bad.sif"
     bad.write_bytes(image()[:4200])
-    assert sif.check_sif(good) is None
-    assert "truncated" in str(sif.check_sif(bad))
-    assert "cannot read" in str(sif.check_sif(tmp_path / "missing"))
+    assert sif_header.check_sif(good) is None
+    assert "truncated" in str(sif_header.check_sif(bad))
+    assert "cannot read" in str(sif_header.check_sif(tmp_path / "missing"))
 
 
 def test_a_header_only_image_is_whole() -> None:
@@ -137,31 +146,33 @@ def test_a_version_that_is_not_text_is_shown_replaced() -> None:
 
 
 def test_check_sif_says_why_a_file_cannot_be_read(tmp_path: Path) -> None:
-    assert sif.check_sif(tmp_path / "missing") == "cannot read it (No such file or directory)"
-    assert sif.check_sif(tmp_path) == "cannot read it (Is a directory)"
+    assert (
+        sif_header.check_sif(tmp_path / "missing") == "cannot read it (No such file or directory)"
+    )
+    assert sif_header.check_sif(tmp_path) == "cannot read it (Is a directory)"
     short = tmp_path / "short.sif"
     short.write_bytes(image()[:127])
-    assert sif.check_sif(short) == "127 bytes, shorter than a SIF header (128 bytes)"
+    assert sif_header.check_sif(short) == "127 bytes, shorter than a SIF header (128 bytes)"
 
 
 REF = "docker://a/b:1"
 
 
-def sidecar(ref: str = REF, size: int | None = 5096) -> sif.Sidecar:
-    return sif.Sidecar(ref, "apptainer", "2026-01-02T03:04:05Z", "0.1.0", size=size)
+def sidecar(ref: str = REF, size: int | None = 5096) -> Sidecar:
+    return Sidecar(ref, "apptainer", "2026-01-02T03:04:05Z", "0.1.0", size=size)
 
 
-WHOLE = sif.TargetState(True, 5096, None)
-DAMAGED = sif.TargetState(True, 5096, "truncated: x")
-GROWN = sif.TargetState(True, 7000, None)
+WHOLE = TargetState(True, 5096, None)
+DAMAGED = TargetState(True, 5096, "truncated: x")
+GROWN = TargetState(True, 7000, None)
 CHANGED = "changed since the pull (7000 bytes, 5096 recorded)"
 
 
 @pytest.mark.parametrize(
     ("record", "state", "owned", "force", "decision"),
     [
-        (None, sif.TargetState(False), False, False, ("pull", "not present")),
-        (sidecar(), sif.TargetState(False), True, True, ("pull", "not present")),
+        (None, TargetState(False), False, False, ("pull", "not present")),
+        (sidecar(), TargetState(False), True, True, ("pull", "not present")),
         (None, WHOLE, False, False, ("refuse", "exists and was not pulled by ctrain (no sidecar)")),
         (None, WHOLE, True, False, ("pull", "no sidecar")),
         (None, WHOLE, False, True, ("pull", "--force")),
@@ -178,13 +189,13 @@ CHANGED = "changed since the pull (7000 bytes, 5096 recorded)"
     ],
 )  # fmt: skip
 def test_reuse_pull_or_refuse(
-    record: sif.Sidecar | None,
-    state: sif.TargetState,
+    record: Sidecar | None,
+    state: TargetState,
     owned: bool,
     force: bool,
     decision: tuple[str, str],
 ) -> None:
-    assert sif.decide(record, REF, state, owned, force) == decision
+    assert decide(record, REF, state, owned, force) == decision
 
 
 @pytest.mark.parametrize(
@@ -201,7 +212,7 @@ def test_an_archive_is_pulled_again_when_its_stamp_changed(
     recorded: str | None, now: str | None, decision: tuple[str, str]
 ) -> None:
     record = dataclasses.replace(sidecar(), source_stamp=recorded)
-    assert sif.decide(record, REF, WHOLE, True, False, now) == decision
+    assert decide(record, REF, WHOLE, True, False, now) == decision
 
 
 def test_target_state(tmp_path: Path) -> None:
@@ -209,13 +220,13 @@ def test_target_state(tmp_path: Path) -> None:
     whole.write_bytes(image())
     cut = tmp_path / "cut.sif"
     cut.write_bytes(image()[:-1])
-    assert sif.target_state(tmp_path / "missing.sif") == sif.TargetState(False)
-    assert sif.target_state(whole) == sif.TargetState(True, len(image()), None)
+    assert target_state(tmp_path / "missing.sif") == TargetState(False)
+    assert target_state(whole) == TargetState(True, len(image()), None)
     size = len(image()) - 1
     said = f"truncated: its header describes {size + 1} bytes, the file has {size}"
-    assert sif.target_state(cut) == sif.TargetState(True, size, said)
+    assert target_state(cut) == TargetState(True, size, said)
     with pytest.raises(ConfigError) as caught:
-        sif.target_state(tmp_path)
+        target_state(tmp_path)
     assert (caught.value.message, caught.value.fix) == (
         f"{tmp_path} exists and is not a file",
         "choose another -o",
@@ -223,20 +234,20 @@ def test_target_state(tmp_path: Path) -> None:
 
 
 def test_sidecar_json_and_back(tmp_path: Path) -> None:
-    record = sif.Sidecar("r", "docker", "t", "v", "sha256:1", 7, "sha256:2", "/x", "7:8:9")
+    record = Sidecar("r", "docker", "t", "v", "sha256:1", 7, "sha256:2", "/x", "7:8:9")
     text = record.to_json()
     assert text == (
         '{\n  "ctrain_version": "v",\n  "digest": "sha256:1",\n  "image_id": "sha256:2",\n'
         '  "pulled_at": "t",\n  "ref": "r",\n  "runtime": "docker",\n  "size": 7,\n'
         '  "source_stamp": "7:8:9",\n  "target": "/x"\n}\n'
     )
-    assert sif.Sidecar.parse(text) == record
+    assert Sidecar.parse(text) == record
     path = tmp_path / "x.sif.json"
     path.write_text(text)
-    assert sif.read_sidecar(path) == record
+    assert read_sidecar(path) == record
     path.write_bytes(b"\xff")
-    assert sif.read_sidecar(path) is None
-    assert sif.read_sidecar(tmp_path / "missing.json") is None
+    assert read_sidecar(path) is None
+    assert read_sidecar(tmp_path / "missing.json") is None
 
 
 @pytest.mark.parametrize(
@@ -253,16 +264,14 @@ def test_sidecar_json_and_back(tmp_path: Path) -> None:
 )
 def test_a_sidecar_with_a_wrong_type_is_not_one(changes: dict[str, object]) -> None:
     data = {"ref": "r", "runtime": "a", "pulled_at": "t", "ctrain_version": "v", **changes}
-    assert sif.Sidecar.parse(json.dumps(data)) is None
+    assert Sidecar.parse(json.dumps(data)) is None
 
 
 def test_a_sidecar_with_nulls_and_a_size() -> None:
     data = {"ref": "r", "runtime": "a", "pulled_at": "t", "ctrain_version": "v"}
     nulls = {"digest": None, "image_id": None, "target": None, "size": None}
-    assert sif.Sidecar.parse(json.dumps({**data, **nulls})) == sif.Sidecar("r", "a", "t", "v")
-    assert sif.Sidecar.parse(json.dumps({**data, "size": 0})) == sif.Sidecar(
-        "r", "a", "t", "v", size=0
-    )
+    assert Sidecar.parse(json.dumps({**data, **nulls})) == Sidecar("r", "a", "t", "v")
+    assert Sidecar.parse(json.dumps({**data, "size": 0})) == Sidecar("r", "a", "t", "v", size=0)
 
 
 @pytest.fixture
@@ -278,14 +287,14 @@ def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.usefixtures("far_from_utc")
 def test_a_new_sidecar_is_stamped_now_in_utc_by_this_ctrain() -> None:
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    record = sif.new_sidecar("r", "apptainer", "sha256:1", size=9, image_id="i", target="/t")
+    record = new_sidecar("r", "apptainer", "sha256:1", size=9, image_id="i", target="/t")
     after = datetime.datetime.now(datetime.timezone.utc)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record.pulled_at)
     stamped = datetime.datetime.strptime(record.pulled_at, "%Y-%m-%dT%H:%M:%S%z")
     assert before <= stamped <= after
-    assert record == sif.Sidecar(
+    assert record == Sidecar(
         "r", "apptainer", record.pulled_at, ctrain.__version__, "sha256:1", 9, "i", "/t"
     )
-    assert sif.new_sidecar("r", "docker", None) == sif.Sidecar(
-        "r", "docker", sif.new_sidecar("r", "docker", None).pulled_at, ctrain.__version__
+    assert new_sidecar("r", "docker", None) == Sidecar(
+        "r", "docker", new_sidecar("r", "docker", None).pulled_at, ctrain.__version__
     )

@@ -13,8 +13,8 @@ Two sources, unpacked by Charliecloud's own ``ch-convert`` (found beside ``ch-ru
   serve it (push the image to the Docker daemon and use ``docker-daemon://``).
 
 The directory is written under ``.<name>.pull-<token>`` beside the target and renamed into
-place by the pull steps every store shares (images.store): concurrent pulls of one image wait
-for the first, then reuse it; its record ``<target>.json`` (``images.sif``'s sidecar) is written
+place by the pull steps every store shares (images.stores.base): concurrent pulls of one image wait
+for the first, then reuse it; its record ``<target>.json`` (``images.record``'s sidecar) is written
 under the lock after the rename and removed before a replacement; a target whose record names
 the same reference is reused with nothing converted. The tarball and ch-convert's own temporary
 space are node-local (``cachedir.build_tmpdir``); the leftovers of an interrupted pull are
@@ -29,16 +29,10 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, ExternalToolError, PullError
 from ctrain.images import cachedir
-from ctrain.images.refs import safe_name
-from ctrain.images.sif import (
-    CH_DIR,
-    Action,
-    Sidecar,
-    new_sidecar,
-    read_sidecar,
-)
-from ctrain.images.store import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan
-from ctrain.names import CH_ENV_FILE, CHARLIECLOUD, split_reference
+from ctrain.images.record import CH_DIR, Action, Sidecar, new_sidecar, read_sidecar
+from ctrain.images.stores.base import UNTOUCHED, FileStore, PullAsk, Pulling, PullPlan
+from ctrain.names import CH_ENV_FILE, CHARLIECLOUD
+from ctrain.references import safe_name, split_reference
 from ctrain.util import fs, proc
 
 STORAGE = "storage"  # ch-image's storage directory, under CH_DIR

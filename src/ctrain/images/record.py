@@ -1,41 +1,30 @@
-"""What ctrain knows about a pulled image on disk: the SIF header check, the sidecar record
-beside it, the argv that pull and inspect a SIF file, and whether a target can be reused, must
-be pulled again, or is not ctrain's to replace.
+"""The record of an image ctrain pulled, which every store keeps: the sidecar ``<target>.json``
+beside a file in the cache (or in ``CACHE/docker/`` for an engine's image), the pull's lock, the
+cache's folders, and whether a target can be reused, must be pulled again, or is not ctrain's
+to replace.
 
-A sidecar ``<target>.json`` records the reference, the digest when known, the time and ctrain's
-version, and for an archive file (``docker-archive:``, ``oci-archive:``) its stamp; a target
-whose sidecar names the same reference (and stamp) and whose file is whole is reused without a
-download. Docker and Podman images live in the engine's store, their sidecars in
-``CACHE/docker/``. All pure, except reading a file's first bytes and a sidecar.
+A sidecar records the reference, the digest when known, the time and ctrain's version, and for
+an archive file (``docker-archive:``, ``oci-archive:``) its stamp; a target whose sidecar names
+the same reference (and stamp) and whose file is whole is reused without a download. All pure,
+except reading a sidecar, a target's size and header, and an archive's ``stat``.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
-import struct
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 from ctrain import __version__
 from ctrain.errors import ConfigError
-from ctrain.names import loopback_registry
+from ctrain.images.sif_header import check_sif
+from ctrain.references import archive_path
 
 IMAGES_DIR = "images"  # pulled SIF files in the cache
 ENGINE_DIR = "docker"  # sidecars of docker/podman pulls in the cache
 CH_DIR = "charliecloud"  # Charliecloud image directories in the cache
-
-# The SIF global header (sylabs/sif, pkg/sif): a 32-byte launch line, "SIF_MAGIC\0" at byte 32,
-# a 3-byte version, a 3-byte arch, a 16-byte UUID, then 8 little-endian int64: created, modified,
-# descriptors free, descriptors total, descriptors offset, descriptors size, data offset, data
-# size. 128 bytes in all.
-SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
-SIF_MAGIC = b"SIF_MAGIC\x00"
-SIF_MAGIC_OFFSET = 32
-SIF_VERSION = b"01\x00"  # the only version the sif loader accepts
-DESCRIPTOR_SIZE = 585  # bytes of one descriptor: the loader reads total x 585 from the offset
 
 
 def sidecar_of(target: Path) -> Path:
@@ -44,57 +33,6 @@ def sidecar_of(target: Path) -> Path:
 
 def lock_of(target: Path) -> Path:
     return target.with_name(target.name + ".lock")
-
-
-def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
-    """Straight into ``temp``, not through Apptainer's cache: the image is stored once; a
-    registry on the loopback interface over plain HTTP (``names.loopback_registry``)."""
-    flags = ["--disable-cache", *(["--force"] if force else [])]
-    if loopback_registry(ref):
-        flags.append("--no-https")
-    return [program, "pull", *flags, str(temp), ref]
-
-
-def sif_inspect_argv(program: str, path: Path) -> list[str]:
-    return [program, "inspect", str(path)]
-
-
-# ---------------------------------------------------------------------------------------------
-# The SIF header
-
-
-def sif_problem(header: bytes, file_size: int) -> str | None:
-    """Why these first bytes of a ``file_size``-byte file are not a whole SIF image, or None."""
-    if len(header) < SIF_HEADER.size:
-        return f"{file_size} bytes, shorter than a SIF header ({SIF_HEADER.size} bytes)"
-    (_, magic, version, _, _, _, _, free, total, desc_off, desc_len, data_off, data_len) = (
-        SIF_HEADER.unpack_from(header)
-    )
-    if magic != SIF_MAGIC:
-        return f"no SIF_MAGIC at byte {SIF_MAGIC_OFFSET}: not a SIF image"
-    if version != SIF_VERSION:
-        shown = version.rstrip(b"\x00").decode("ascii", "replace")
-        return f"SIF version {shown!r}, not 01 (the only one Apptainer reads)"
-    if min(free, total, desc_len, data_off, data_len) < 0 or desc_off < SIF_HEADER.size:
-        return "malformed SIF header"
-    if desc_len != total * DESCRIPTOR_SIZE:
-        each = DESCRIPTOR_SIZE
-        return f"malformed SIF header: {total} descriptors in {desc_len} bytes, not {each} each"
-    end = max(desc_off + desc_len, data_off + data_len)
-    if end > file_size:
-        return f"truncated: its header describes {end} bytes, the file has {file_size}"
-    return None
-
-
-def check_sif(path: Path) -> str | None:
-    """``sif_problem`` for a file on disk (an unreadable file is a problem too)."""
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(SIF_HEADER.size)
-            size = os.fstat(handle.fileno()).st_size
-    except OSError as exc:
-        return f"cannot read it ({exc.strerror})"
-    return sif_problem(header, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +102,31 @@ def read_sidecar(path: Path) -> Sidecar | None:
         return Sidecar.parse(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def archive_ref(ref: str) -> tuple[str, str | None]:
+    """``ref`` with an archive's path made absolute (two directories' ``img.tar`` are two
+    images), and the archive's stamp now; other references as they are, without a stamp. An
+    archive that is not here (a compute node may not see it) has no stamp: a pull of it is
+    trusted as a registry's is offline, and a new pull is refused (images.stores.sif)."""
+    path = archive_path(ref)
+    if path is None:
+        return ref, None
+    scheme = ref.partition(":")[0]
+    if ":" in str(path):
+        raise ConfigError(
+            f"{scheme} {path}: apptainer reads what follows a ':' as an image inside the archive",
+            "link the archive under a path without ':' (ln -s) and give that",
+        )
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return f"{scheme}:{path}", None
+    except OSError as exc:
+        raise ConfigError(f"{scheme} {path}: {exc.strerror}", "give a readable archive") from None
+    if not path.is_file():
+        raise ConfigError(f"{scheme} {path} is not a file", "give the archive file's path")
+    return f"{scheme}:{path}", archive_stamp(info.st_size, info.st_mtime_ns, info.st_ino)
 
 
 # ---------------------------------------------------------------------------------------------
