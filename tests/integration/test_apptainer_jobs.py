@@ -32,14 +32,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from ctrain import references
 from ctrain.images import sif_header
 from ctrain.images.record import IMAGES_DIR, read_sidecar, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import REGISTRY, need, registry_up
 
-from .images import DEFAULT, ci_cpu_sif, ci_cpu_sif_in_registry
+from .images import DEFAULT, LABEL_PINS, ci_cpu_sif, ci_cpu_sif_in_registry, pins
 from .jobs import BIN
+from .multinode import OPENMPI_ON_THE_CLUSTER
 from .slurm_jobs import (
     RESUMABLE,
     final_weights,
@@ -53,8 +55,6 @@ from .slurm_jobs import (
     wait_done,
     wait_held,
 )
-from .test_built_images import LABEL_PINS, pins
-from .test_multinode import SUBNET
 
 EPOCHS = 2  # the requeue test holds before epoch 1, step 5
 pytestmark = [
@@ -250,7 +250,6 @@ def test_every_other_job_script_runs_the_sif_pulled_before(
 
 
 CLUSTER = {"nodes": "2", "tasks_per_node": "1", "partition": CLUSTER_PARTITION}
-CLUSTER_MPI = {"OMPI_MCA_oob_tcp_if_include": SUBNET, "OMPI_MCA_btl_tcp_if_include": SUBNET}
 
 
 def node_names(nodelist: str) -> list[str]:
@@ -266,7 +265,9 @@ def test_an_image_pulled_before_runs_on_two_offline_hosts(
     batch step's `ctrain resolve` finds the image pulled before in the shared cache, as after a
     `ctrain pull` on a login node, and each rank runs that file on its own host."""
     workdir = shared.workdir("two-hosts")
-    out = run_job("horovod-srun", workdir, shared.env(remote_image, **CLUSTER_MPI), jobs, **CLUSTER)
+    out = run_job(
+        "horovod-srun", workdir, shared.env(remote_image, **OPENMPI_ON_THE_CLUSTER), jobs, **CLUSTER
+    )
     record = job_record(jobs[-1])
     assert record["NumNodes"] == "2" and len(node_names(record["NodeList"])) == 2
     check_ranks(out, "horovod", first.sif_file)
