@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 
 import pytest
 
@@ -13,15 +12,10 @@ from ctrain.bench import core
 from ctrain.bench import profile as bench_profile
 from ctrain.bench import report as bench_report
 from ctrain.bench.core import BenchOptions
-from ctrain.bench.report import BenchReport, RunResult
+from ctrain.bench.report import BenchReport
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.profile_window import parse_window
-
-
-def result(workers: int, total: float, mode: str = "multiworker") -> RunResult:
-    per = total / workers
-    return RunResult(workers, mode, per, per * 0.05, total, total * 0.05, (900.0,) * workers, 30.0)
-
+from tests.unit.bench.results import rank_report, result
 
 # ------------------------------------------------------------------------------- the math
 
@@ -273,18 +267,6 @@ def test_choose_launcher_refuses(
 
 
 # ---------------------------------------------------------------------- reports -> result
-
-
-def rank_report(rank: int, rates: Sequence[float], replicas: int = 2) -> dict[str, object]:
-    return {
-        "rank": rank,
-        "replicas": replicas,
-        "mode": "multiworker",
-        "rates": list(rates),
-        "peak_rss_mb": 900.0 + rank,
-        "started_at": 100.0,
-        "first_step_at": 112.5,
-    }
 
 
 def test_result_from_reports_uses_the_chief_and_everyones_memory() -> None:

@@ -18,7 +18,7 @@ from ctrain.bench.report import scaling_rows
 from ctrain.cli import main
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.util import proc
-from tests.unit.bench.test_core import rank_report, result
+from tests.unit.bench.results import rank_report, result
 
 
 def test_plot_is_a_png(tmp_path: Path) -> None:
