@@ -17,8 +17,8 @@ from ctrain.errors import ExternalToolError
 from ctrain.names import Launched, Mode
 from ctrain.network import advice, check
 from tests.helpers import run_ctrain, sandbox
-from tests.unit.network.test_nccl import SOCKET_2_21
-from tests.unit.network.test_rdma import fake_root, fake_sysfs
+from tests.unit.network.fake_rdma import fake_root, fake_sysfs
+from tests.unit.network.nccl_logs import SOCKET_2_21
 
 LAUNCHED = Launched(Mode.MULTIWORKER, 1, 2, 0, 1, "nccl", 600).to_env()
 
