@@ -25,7 +25,7 @@ import pytest
 
 from ctrain.names import JOB_MODES
 from tests.helpers import CTRAIN, REPO
-from tests.unit.slurm.test_jobs import CASES
+from tests.unit.slurm.job_cases import CASES
 
 from .jobs import clean_env
 
