@@ -1,4 +1,5 @@
-"""Every job-script test renders with no CTRAIN_* setting and no user configuration."""
+"""Every job-script test renders with no CTRAIN_* setting and no user configuration; ``fakes``
+gives a test the fake programs the scripts run (fake_programs.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from tests.unit.slurm.fake_programs import add_fakes
 
 
 @pytest.fixture(autouse=True)
@@ -15,3 +18,9 @@ def _no_ctrain_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(key)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Path:
+    """``tmp_path`` as a sandbox with fake srun, mpirun, scontrol and ctrain on its PATH."""
+    return add_fakes(tmp_path)

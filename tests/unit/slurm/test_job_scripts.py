@@ -16,43 +16,8 @@ from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
-from tests.helpers import sandbox, wait_for
-
-FAKE_STEP = """#!/bin/bash
-# A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.
-printf '%s\\n' "$(basename "$0")" "$@" > "$FAKE_DIR/argv"
-case "$FAKE_MODE" in
-    exit:*) exit "${FAKE_MODE#exit:}" ;;
-    trap)
-        got=0
-        trap 'got=$((got + 1)); echo "$got" > "$FAKE_DIR/usr2"' USR2
-        touch "$FAKE_DIR/started"
-        while [ "$got" -lt "${FAKE_SIGNALS:-1}" ]; do sleep 0.05; done
-        exit "${FAKE_EXIT:-75}"
-        ;;
-esac
-"""
-FAKE_SCONTROL = """#!/bin/bash
-printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
-"""
-FAKE_CTRAIN = """#!/bin/bash
-# A stand-in for `ctrain resolve IMAGE` and `ctrain carried`: records each argv, prints where the
-# image would be, or the carried launcher's mounts.
-printf '%s\\n' "$@" >> "$FAKE_DIR/ctrain"
-[ -n "${FAKE_RESOLVE_EXIT:-}" ] && exit "$FAKE_RESOLVE_EXIT"
-[ "$1" = resolve ] && echo "/pulled/$2"
-[ "$1" = carried ] && echo "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"
-exit 0
-"""
-
-
-@pytest.fixture
-def fakes(tmp_path: Path) -> Path:
-    box = sandbox(tmp_path)
-    programs = {"srun": FAKE_STEP, "mpirun": FAKE_STEP, "scontrol": FAKE_SCONTROL}
-    for name, text in {**programs, "ctrain": FAKE_CTRAIN}.items():
-        box.add_program(name, text)
-    return tmp_path
+from tests.helpers import wait_for
+from tests.unit.slurm.fake_programs import env
 
 
 def script(fakes: Path, mode: str = "single") -> Path:
@@ -60,17 +25,6 @@ def script(fakes: Path, mode: str = "single") -> Path:
     path = fakes / f"{mode}.sbatch"
     path.write_text(jobs.render(request))
     return path
-
-
-def env(fakes: Path, **extra: str) -> dict[str, str]:
-    return sandbox(
-        fakes,
-        FAKE_DIR=str(fakes),
-        SLURM_JOB_ID="77",
-        SLURM_NTASKS="2",
-        SLURM_JOB_NODELIST="node1",
-        **extra,
-    ).env
 
 
 def run(path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:

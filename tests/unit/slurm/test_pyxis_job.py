@@ -13,9 +13,7 @@ import pytest
 from ctrain.container import carry
 from ctrain.slurm import jobs
 from ctrain.slurm.jobs import JobRequest
-from tests.unit.slurm.test_job_scripts import env, fakes
-
-__all__ = ["fakes"]  # the fixture, used by name
+from tests.unit.slurm.fake_programs import env
 
 COMMAND = ("python", "train.py", "--epochs", "3")
 CARRIED = "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"  # what the fake `ctrain carried` says

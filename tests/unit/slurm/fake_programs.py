@@ -1,0 +1,56 @@
+"""Fake srun, mpirun, scontrol and ctrain for the job scripts run by bash, in a sandbox's bin
+dir: each records its argv under FAKE_DIR (the sandbox's root); srun and mpirun then exit or
+wait for USR2 as FAKE_MODE says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import sandbox
+
+FAKE_STEP = """#!/bin/bash
+# A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.
+printf '%s\\n' "$(basename "$0")" "$@" > "$FAKE_DIR/argv"
+case "$FAKE_MODE" in
+    exit:*) exit "${FAKE_MODE#exit:}" ;;
+    trap)
+        got=0
+        trap 'got=$((got + 1)); echo "$got" > "$FAKE_DIR/usr2"' USR2
+        touch "$FAKE_DIR/started"
+        while [ "$got" -lt "${FAKE_SIGNALS:-1}" ]; do sleep 0.05; done
+        exit "${FAKE_EXIT:-75}"
+        ;;
+esac
+"""
+FAKE_SCONTROL = """#!/bin/bash
+printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
+"""
+FAKE_CTRAIN = """#!/bin/bash
+# A stand-in for `ctrain resolve IMAGE` and `ctrain carried`: records each argv, prints where the
+# image would be, or the carried launcher's mounts.
+printf '%s\\n' "$@" >> "$FAKE_DIR/ctrain"
+[ -n "${FAKE_RESOLVE_EXIT:-}" ] && exit "$FAKE_RESOLVE_EXIT"
+[ "$1" = resolve ] && echo "/pulled/$2"
+[ "$1" = carried ] && echo "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"
+exit 0
+"""
+
+
+def add_fakes(root: Path) -> Path:
+    """``root`` as a sandbox with the fakes on its PATH."""
+    box = sandbox(root)
+    programs = {"srun": FAKE_STEP, "mpirun": FAKE_STEP, "scontrol": FAKE_SCONTROL}
+    for name, text in {**programs, "ctrain": FAKE_CTRAIN}.items():
+        box.add_program(name, text)
+    return root
+
+
+def env(fakes: Path, **extra: str) -> dict[str, str]:
+    return sandbox(
+        fakes,
+        FAKE_DIR=str(fakes),
+        SLURM_JOB_ID="77",
+        SLURM_NTASKS="2",
+        SLURM_JOB_NODELIST="node1",
+        **extra,
+    ).env
