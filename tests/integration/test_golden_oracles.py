@@ -35,7 +35,7 @@ from ctrain.container.runtimes import Request, plan_invocation
 from ctrain.releases import RuntimeVersion, parse_version
 from tests import fake_apptainer
 from tests.helpers import REPO, need
-from tests.unit.container.test_runtimes import HOST_ENV
+from tests.unit.container.host_env import HOST_ENV
 
 GOLDEN = json.loads((REPO / "tests" / "unit" / "golden" / "runtimes.json").read_text())
 BUSYBOX = Path("/bin/busybox")

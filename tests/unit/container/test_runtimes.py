@@ -22,26 +22,9 @@ from ctrain.errors import CtrainError, SpecError
 from ctrain.releases import RuntimeVersion, parse_version
 from ctrain.util.envpairs import parse_env_file
 from tests.helpers import REPO
+from tests.unit.container.host_env import HOST_ENV
 
 GOLDEN = REPO / "tests" / "unit" / "golden" / "runtimes.json"
-HOST_ENV = {
-    "PATH": "/usr/bin",
-    "HOME": "/home/u",
-    "PYTHONPATH": "/home/u/leak",
-    "LD_LIBRARY_PATH": "/opt/leak",
-    "SLURM_JOB_ID": "42",
-    "SLURM_PROCID": "1",
-    "OMPI_COMM_WORLD_RANK": "1",
-    "PMIX_RANK": "1",
-    "NCCL_DEBUG": "INFO",
-    "HOROVOD_FUSION_THRESHOLD": "0",
-    "CUDA_VISIBLE_DEVICES": "2,3",
-    "CTRAIN_MODE": "auto",
-    "TF_CLI_CONFIG_FILE": "/terraform/is/not/tensorflow",
-    "USER": "u",
-    "LANG": "de_DE.UTF-8",  # the image's locale stays
-    "CUDA_HOME": "/opt/host-cuda",  # a host path: the image's CUDA counts inside
-}
 
 
 def which(name: str) -> str:
