@@ -50,31 +50,7 @@ export PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld, slurmd, dockerd live in 
 LOGDIR=/var/log/ctrain
 HOST=$(hostname -s)
 
-SLURM_CONF=/etc/slurm/slurm.conf
-GRES_CONF=/etc/slurm/gres.conf
-SLURM_LOGDIR=/var/log/slurm
-SLURMCTLD_PID=/run/slurmctld.pid
-SLURMD_PID=/run/slurmd.pid
-SLURMD_LOG=$SLURM_LOGDIR/slurmd.log
-MUNGED_PID=/run/munge/munged.pid
-MUNGED_LOG=/var/log/munge/munged.log
-DOCKERD_PID=/run/ctrain-dockerd.pid
-DOCKERD_LOG=$LOGDIR/dockerd.log
-DOCKERD_CONF=/etc/ctrain/dockerd.json
-REGISTRY_CONF=/etc/ctrain/registry.yml
-REGISTRY_DIR=/var/lib/ctrain-registry
-REGISTRY_PID=/run/ctrain-registry.pid
-REGISTRY_LOG=$LOGDIR/registry.log
-REGISTRY_ADDR=127.0.0.1
-REGISTRY_PORT=5000
-
-# shellcheck source=scripts/cluster.sh
-. "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
-# With compute hosts every slurmd has its own pid file, log and spool (Slurm expands %n to the
-# node name); this host's slurmd is node $HOST.
-CTLD_ADDR=127.0.0.1
-SLURMD_FILES=
-
+# -------------------------------------------------------------------------------------- helpers
 log() { echo "services: $*"; }
 die() { echo "services: ERROR: $*" >&2; exit 1; }
 
@@ -116,6 +92,9 @@ pid_of() {
     done
     return 1
 }
+
+# runs_with PID TEXT: TEXT is part of PID's command line.
+runs_with() { tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$2"; }
 
 # wait_for DESCRIPTION LOGFILE COMMAND...: retry COMMAND every second for up to $WAIT seconds;
 # on timeout print COMMAND's last output and the tail of LOGFILE, and exit 1.
@@ -181,7 +160,37 @@ stop_daemon() {
     rm -f "$pidfile"
 }
 
+# replace_foreign NAME PIDFILE MARK WHY UNIT...: where NAME runs without MARK on its command line
+# (not started by this script), say WHY, stop the systemd UNITs if systemd runs, and stop NAME, so
+# that start_daemon starts ours. Succeeds only if it stopped one.
+replace_foreign() {
+    local name=$1 pidfile=$2 mark=$3 why=$4 pid
+    shift 4
+    if ! pid=$(pid_of "$name" "$pidfile") || runs_with "$pid" "$mark"; then
+        return 1
+    fi
+    log "$name: pid $pid $why; replacing it"
+    if [ -d /run/systemd/system ]; then
+        systemctl stop "$@" >/dev/null 2>&1 || true
+    fi
+    stop_daemon "$name" "$pidfile"
+}
+
+# write_if_changed FILE TEXT: write TEXT and a newline to FILE, unless FILE holds TEXT already
+# (trailing newlines aside). Succeeds only if it wrote.
+write_if_changed() {
+    local file=$1 text=$2
+    if [ -f "$file" ] && [ "$(cat "$file")" = "$text" ]; then
+        return 1
+    fi
+    # `|| exit`: callers test this function's status, which turns `set -e` off in here.
+    printf '%s\n' "$text" >"$file" || exit
+}
+
 # ---------------------------------------------------------------------------------------- munge
+MUNGED_PID=/run/munge/munged.pid
+MUNGED_LOG=/var/log/munge/munged.log
+
 munge_ok() { munge -n | unmunge | grep -q 'STATUS: *Success'; }
 
 start_munge() {
@@ -202,6 +211,20 @@ start_munge() {
 }
 
 # ---------------------------------------------------------------------------------------- slurm
+SLURM_CONF=/etc/slurm/slurm.conf
+GRES_CONF=/etc/slurm/gres.conf
+SLURM_LOGDIR=/var/log/slurm
+SLURMCTLD_PID=/run/slurmctld.pid
+# With compute hosts (main sets these four for them), slurmctld is reached on the cluster bridge
+# and every slurmd has its own pid file, log and spool (Slurm expands %n to the node name); this
+# host's slurmd is node $HOST.
+CTLD_ADDR=127.0.0.1
+SLURMD_FILES=
+SLURMD_PID=/run/slurmd.pid
+SLURMD_LOG=$SLURM_LOGDIR/slurmd.log
+# Set to 1 where setup_gpus or write_slurm_conf wrote a new gres.conf or slurm.conf.
+SLURM_CONF_CHANGED=0
+
 # The node line of this machine as Slurm sees it (CPUs, sockets, cores, threads, RealMemory), with
 # NodeName forced to `hostname -s` and addressed via loopback, so no DNS or network is involved.
 hw_line() {
@@ -228,9 +251,7 @@ setup_gpus() {
             [ -e "/dev/nvidia$i" ] || mknod -m 0666 "/dev/nvidia$i" c 195 "$i"
         done
     fi
-    local gres="Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
-    if [ ! -f "$GRES_CONF" ] || [ "$(cat "$GRES_CONF")" != "$gres" ]; then
-        printf '%s\n' "$gres" >"$GRES_CONF"
+    if write_if_changed "$GRES_CONF" "Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"; then
         SLURM_CONF_CHANGED=1
     fi
 }
@@ -293,8 +314,8 @@ comm_params() {
 }
 
 # Write slurm.conf if it differs (keeping the original once as slurm.conf.bak); sets
-# SLURM_CONF_CHANGED=1 when it wrote a new file.
-SLURM_CONF_CHANGED=0
+# SLURM_CONF_CHANGED=1 when it wrote a new file. Not write_if_changed: the new file replaces the
+# old one whole (written beside it as slurm.conf.tmp, mode 0644, then renamed).
 write_slurm_conf() {
     local new
     HW_LINE=$(hw_line)  # a separate step, so that a failing `slurmd -C` stops the script
@@ -351,19 +372,23 @@ srun_ok() {
     rm -f "$err"
 }
 
+# This host's slurmd (under either config's pid file), then slurmctld. Never fails.
+stop_slurm() {
+    stop_daemon slurmd /run/slurmd.pid
+    stop_daemon slurmd "/run/slurmd-$HOST.pid"
+    stop_daemon slurmctld "$SLURMCTLD_PID"
+}
+
 start_slurm() {
     install -d -m 0755 /var/spool/slurmctld "/var/spool/slurmd${SLURMD_FILES//%n/$HOST}" "$SLURM_LOGDIR"
     setup_gpus
     # Compute hosts' network first: slurmctld's address is on the cluster bridge.
     [ "$NODES" = 0 ] || cluster_net "$NODES"
     write_slurm_conf
-    # A changed config on running daemons: restart them so the new one is in force (this host's
-    # slurmd under either config's pid file).
+    # A changed config on running daemons: restart them so the new one is in force.
     if [ "$SLURM_CONF_CHANGED" = 1 ]; then
         stop_node_slurmds
-        stop_daemon slurmd /run/slurmd.pid
-        stop_daemon slurmd "/run/slurmd-$HOST.pid"
-        stop_daemon slurmctld "$SLURMCTLD_PID"
+        stop_slurm
     fi
     # Back to one node: whatever an earlier start with compute hosts left goes, the /etc/hosts lines
     # that give this host the bridge's address included, even where /run forgot the hosts (a
@@ -382,10 +407,16 @@ start_slurm() {
     [ "$NODES" = 0 ] || cluster_slurmds "$NODES"
 }
 
+# -------------------------------------------------------------------------------- compute hosts
+# The CTRAIN_SERVICES_NODES=N compute hosts cn01..cnNN are scripts/cluster.sh's (docs/cluster.md):
+# start_slurm makes them around this host's Slurm, cmd_stop removes them, cmd_status lists them.
+# shellcheck source=scripts/cluster.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
+
 # --------------------------------------------------------------------------------------- docker
-# dockerd started elsewhere (e.g. by systemd after `apt-get install docker.io`) has the default
-# bridge and iptables rules; it is replaced by ours, which has none.
-dockerd_is_ours() { tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- '--bridge=none'; }
+DOCKERD_PID=/run/ctrain-dockerd.pid
+DOCKERD_LOG=$LOGDIR/dockerd.log
+DOCKERD_CONF=/etc/ctrain/dockerd.json
 
 # dockerd's settings file: this machine's own /etc/docker/daemon.json where there is one (it may
 # move the data root, say), else ours, which only bounds BuildKit's cache; without a bound,
@@ -402,25 +433,20 @@ dockerd_config_file() {
         return
     fi
     install -d -m 0755 "$(dirname "$DOCKERD_CONF")"
-    local new
-    new=$(dockerd_conf_text)
-    [ -f "$DOCKERD_CONF" ] && [ "$(cat "$DOCKERD_CONF")" = "$new" ] || printf '%s\n' "$new" >"$DOCKERD_CONF"
+    write_if_changed "$DOCKERD_CONF" "$(dockerd_conf_text)" || true  # false: it was up to date
     echo "$DOCKERD_CONF"
 }
 
 start_docker() {
     install -d -m 0755 "$LOGDIR"
-    local conf
+    local conf pid
     conf=$(dockerd_config_file)
-    if pid=$(pid_of dockerd "$DOCKERD_PID") && ! dockerd_is_ours "$pid"; then
-        log "dockerd: pid $pid runs with a bridge; replacing it"
-        if [ -d /run/systemd/system ]; then
-            systemctl stop docker.socket docker.service >/dev/null 2>&1 || true
-        fi
-        stop_daemon dockerd "$DOCKERD_PID"
+    # dockerd started elsewhere (e.g. by systemd after `apt-get install docker.io`) has the default
+    # bridge and iptables rules; it is replaced by ours, which has none.
+    if replace_foreign dockerd "$DOCKERD_PID" --bridge=none "runs with a bridge" \
+        docker.socket docker.service; then
         ip link delete docker0 >/dev/null 2>&1 || true
-    elif pid=$(pid_of dockerd "$DOCKERD_PID") \
-        && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--config-file=$conf"; then
+    elif pid=$(pid_of dockerd "$DOCKERD_PID") && ! runs_with "$pid" "--config-file=$conf"; then
         log "dockerd: pid $pid runs without $conf; restarting it"
         stop_daemon dockerd "$DOCKERD_PID"
     fi
@@ -433,6 +459,13 @@ start_docker() {
 }
 
 # ------------------------------------------------------------------------------------- registry
+REGISTRY_CONF=/etc/ctrain/registry.yml
+REGISTRY_DIR=/var/lib/ctrain-registry
+REGISTRY_PID=/run/ctrain-registry.pid
+REGISTRY_LOG=$LOGDIR/registry.log
+REGISTRY_ADDR=127.0.0.1
+REGISTRY_PORT=5000
+
 registry_conf_text() {
     cat <<EOF
 # Generated by ctrain scripts/services.sh: local registry on loopback only, no auth.
@@ -485,19 +518,10 @@ collect_registry_garbage() {
 
 start_registry() {
     install -d -m 0755 "$LOGDIR" "$REGISTRY_DIR" "$(dirname "$REGISTRY_CONF")"
-    local new pid
     # The Debian package's own service (systemd, all interfaces, htpasswd auth) is replaced by ours.
-    if pid=$(pid_of docker-registry "$REGISTRY_PID") \
-        && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$REGISTRY_CONF"; then
-        log "docker-registry: pid $pid is not ours ($REGISTRY_CONF); replacing it"
-        if [ -d /run/systemd/system ]; then
-            systemctl stop docker-registry.service >/dev/null 2>&1 || true
-        fi
-        stop_daemon docker-registry "$REGISTRY_PID"
-    fi
-    new=$(registry_conf_text)
-    if [ ! -f "$REGISTRY_CONF" ] || [ "$(cat "$REGISTRY_CONF")" != "$new" ]; then
-        printf '%s\n' "$new" >"$REGISTRY_CONF"
+    replace_foreign docker-registry "$REGISTRY_PID" "$REGISTRY_CONF" "is not ours ($REGISTRY_CONF)" \
+        docker-registry.service || true  # false: none or ours runs
+    if write_if_changed "$REGISTRY_CONF" "$(registry_conf_text)"; then
         stop_daemon docker-registry "$REGISTRY_PID"  # restart with the new config if running
     fi
     pid_of docker-registry "$REGISTRY_PID" >/dev/null || collect_registry_garbage
@@ -567,52 +591,7 @@ unconfigure_podman() {
     rm -f "$PODMAN_CONF" "$PODMAN_REGISTRIES"
 }
 
-# ------------------------------------------------------------------------------------------ main
-status_line() {
-    local name=$1 pidfile=$2 pid
-    if pid=$(pid_of "$name" "$pidfile"); then
-        printf '%-16s running (pid %s)\n' "$name" "$pid"
-    else
-        printf '%-16s stopped\n' "$name"
-        return 1
-    fi
-}
-
-cmd_status() {
-    local rc=0
-    status_line munged "$MUNGED_PID" || rc=1
-    status_line slurmctld "$SLURMCTLD_PID" || rc=1
-    status_line slurmd "$SLURMD_PID" || rc=1
-    cluster_status || rc=1
-    status_line dockerd "$DOCKERD_PID" || rc=1
-    status_line docker-registry "$REGISTRY_PID" || rc=1
-    return "$rc"
-}
-
-cmd_stop() {
-    unconfigure_podman
-    stop_daemon docker-registry "$REGISTRY_PID"
-    stop_daemon dockerd "$DOCKERD_PID"
-    cluster_down
-    stop_daemon slurmd /run/slurmd.pid
-    stop_daemon slurmd "/run/slurmd-$HOST.pid"
-    stop_daemon slurmctld "$SLURMCTLD_PID"
-    stop_daemon munged "$MUNGED_PID"
-}
-
-# Every path where start keeps state (written, or read back by a later start), one a line; a
-# pattern stands for every path it matches. A new machine has none of them but /etc/munge's key
-# and /var/lib/munge, which Debian's munge package makes.
-cmd_paths() {
-    printf '%s\n' /etc/munge/munge.key /run/munge /var/log/munge /var/lib/munge "$MUNGED_PID" \
-        "$SLURM_CONF" "$SLURM_CONF.bak" "$SLURM_CONF.tmp" "$GRES_CONF" "$SLURM_LOGDIR" \
-        /var/spool/slurmctld '/var/spool/slurmd*' "$SLURMCTLD_PID" '/run/slurmd*.pid' \
-        "$LOGDIR" "$DOCKERD_CONF" "$DOCKERD_PID" /var/lib/docker /run/docker /run/docker.sock \
-        "$REGISTRY_CONF" "$REGISTRY_DIR" "$REGISTRY_PID" "$PODMAN_CONF" "$PODMAN_REGISTRIES" \
-        /run/ctrain-services.lock
-    cluster_paths
-}
-
+# ----------------------------------------------------------------------------------------- disk
 # free_gib DIR: GiB free on DIR's filesystem
 free_gib() { df -P -BG "$1" | awk 'NR == 2 { sub(/G$/, "", $4); print $4 }'; }
 
@@ -654,6 +633,7 @@ report_disk() {
     done
 }
 
+# ----------------------------------------------------------------------------------------- main
 cmd_start() {
     local t0=$SECONDS cmd
     for cmd in munged slurmctld slurmd srun sinfo scontrol dockerd docker /usr/bin/docker-registry; do
@@ -667,6 +647,49 @@ cmd_start() {
     reclaim_disk
     report_disk
     log "all services up ($((SECONDS - t0)) s)"
+}
+
+cmd_stop() {
+    unconfigure_podman
+    stop_daemon docker-registry "$REGISTRY_PID"
+    stop_daemon dockerd "$DOCKERD_PID"
+    cluster_down
+    stop_slurm
+    stop_daemon munged "$MUNGED_PID"
+}
+
+status_line() {
+    local name=$1 pidfile=$2 pid
+    if pid=$(pid_of "$name" "$pidfile"); then
+        printf '%-16s running (pid %s)\n' "$name" "$pid"
+    else
+        printf '%-16s stopped\n' "$name"
+        return 1
+    fi
+}
+
+cmd_status() {
+    local rc=0
+    status_line munged "$MUNGED_PID" || rc=1
+    status_line slurmctld "$SLURMCTLD_PID" || rc=1
+    status_line slurmd "$SLURMD_PID" || rc=1
+    cluster_status || rc=1
+    status_line dockerd "$DOCKERD_PID" || rc=1
+    status_line docker-registry "$REGISTRY_PID" || rc=1
+    return "$rc"
+}
+
+# Every path where start keeps state (written, or read back by a later start), one a line; a
+# pattern stands for every path it matches. A new machine has none of them but /etc/munge's key
+# and /var/lib/munge, which Debian's munge package makes.
+cmd_paths() {
+    printf '%s\n' /etc/munge/munge.key /run/munge /var/log/munge /var/lib/munge "$MUNGED_PID" \
+        "$SLURM_CONF" "$SLURM_CONF.bak" "$SLURM_CONF.tmp" "$GRES_CONF" "$SLURM_LOGDIR" \
+        /var/spool/slurmctld '/var/spool/slurmd*' "$SLURMCTLD_PID" '/run/slurmd*.pid' \
+        "$LOGDIR" "$DOCKERD_CONF" "$DOCKERD_PID" /var/lib/docker /run/docker /run/docker.sock \
+        "$REGISTRY_CONF" "$REGISTRY_DIR" "$REGISTRY_PID" "$PODMAN_CONF" "$PODMAN_REGISTRIES" \
+        /run/ctrain-services.lock
+    cluster_paths
 }
 
 main() {
