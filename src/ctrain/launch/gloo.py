@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ctrain.errors import LaunchError
-from ctrain.launch.jobenv import JobEnv
+from ctrain.launch.jobenv import HOROVODRUN_GLOO, JobEnv
 from ctrain.launch.modes import Placement
 from ctrain.names import Mode
 
@@ -36,6 +36,15 @@ class Rendezvous(NamedTuple):
 def uses_gloo(mode: Mode, job: JobEnv, size: int) -> bool:
     """Horovod mode, several ranks, started by a launcher of another MPI family."""
     return mode is Mode.HOROVOD and size > 1 and job.mpi.launcher in GLOO_LAUNCHERS
+
+
+def on_gloo(mode: Mode, job: JobEnv, size: int) -> bool:
+    """Whether this Horovod rank runs on Gloo alone, without MPI: horovodrun --gloo started it, or
+    ctrain plans Gloo for it (``uses_gloo``). The one place that says so: the MPI check
+    (launch/mpicheck.py) takes it from here. A user's HOROVOD_CONTROLLER=gloo alone is not Gloo
+    alone: Horovod's CPU operations stay MPI (its default), so MPI_Init still runs."""
+    started = job.mpi.launcher == HOROVODRUN_GLOO
+    return mode is Mode.HOROVOD and (started or uses_gloo(mode, job, size))
 
 
 def _nodes(job: JobEnv, place: Placement) -> tuple[tuple[str, ...], int]:

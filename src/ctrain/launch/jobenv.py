@@ -47,6 +47,7 @@ class Launcher(NamedTuple):
 
 
 _OMPI = "OMPI_COMM_WORLD_"
+HOROVODRUN_GLOO = "horovod"  # horovodrun --gloo's own variables (with MPI, horovodrun is mpirun)
 # In detection order: the launchers that also set PMI_RANK (Hydra, PALS, Flux) come before the
 # plain PMI rows, and each is told apart by a variable only it sets. Sources: Open MPI's
 # documentation; MPICH 4.0's Hydra (seen here: `mpiexec.hydra -n 2 env`, also under
@@ -63,7 +64,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         (f"{_OMPI}LOCAL_SIZE",),
     ),
     Launcher(
-        "horovod",
+        HOROVODRUN_GLOO,
         "HOROVOD_RANK",
         ("HOROVOD_RANK",),
         ("HOROVOD_SIZE",),

@@ -25,7 +25,7 @@ from ctrain.names import Mode
 PROCEED, WARN, REFUSE = "proceed", "warn", "refuse"
 _SEVERITY = {PROCEED: 0, WARN: 1, REFUSE: 2}
 _URI = re.compile(r"PMIX_SERVER_URI(\d*)")
-GLOO = "switch Horovod to Gloo (HOROVOD_CONTROLLER=gloo, or horovodrun --gloo): it needs no MPI"
+GLOO = "start the ranks with horovodrun --gloo: Horovod on Gloo needs no MPI"
 OWN_MPIRUN = (
     "use the image's own mpirun inside one container (ctrain exec --no-launch IMAGE -- mpirun ...)"
 )
@@ -185,22 +185,21 @@ def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
     return Verdict(PROCEED, True, f"{launcher.name} and {image_mpi}: one major release")
 
 
-def unchecked(mode: Mode, environ: Mapping[str, str]) -> str:
-    """Why this rank's MPI is not checked, or "" when it is."""
+def unchecked(mode: Mode, environ: Mapping[str, str], *, gloo: bool) -> str:
+    """Why this rank's MPI is not checked, or "" when it is. ``gloo``: Horovod runs on Gloo
+    alone (launch/gloo.on_gloo)."""
     if mode is not Mode.HOROVOD:
         return f"mode {mode.value} does not use MPI"
-    if environ.get("HOROVOD_CONTROLLER", "").lower() == "gloo" or environ.get(
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-    ):
+    if gloo:
         return "Horovod runs on Gloo"
     if not launcher_of(environ).family:
         return "no PMIx server or Open MPI mpirun set this rank up"
     return ""
 
 
-def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi) -> Verdict:
+def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bool) -> Verdict:
     """The launcher's MPI against the image's: the worst finding decides."""
-    why_not = unchecked(mode, environ)
+    why_not = unchecked(mode, environ, gloo=gloo)
     if why_not:
         return Verdict(PROCEED, False, f"not checked: {why_not}")
     launcher = launcher_of(environ)

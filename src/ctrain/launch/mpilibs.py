@@ -19,6 +19,8 @@ from pathlib import Path
 
 from ctrain.checkline import Check, Status
 from ctrain.errors import LaunchError
+from ctrain.launch.gloo import on_gloo
+from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict, unchecked, verdict
 from ctrain.names import Mode
 
@@ -111,13 +113,14 @@ def image_mpi(environ: Mapping[str, str], root: Path = Path("/")) -> ImageMpi:
     return ImageMpi()
 
 
-def check(mode: Mode, environ: Mapping[str, str], skip: bool = False) -> Verdict:
+def check(mode: Mode, environ: Mapping[str, str], *, gloo: bool, skip: bool) -> Verdict:
     """The verdict for a rank in ``mode``; the image's files are read only when it is checked.
-    ``skip``: the user's --skip-mpi-check (CTRAIN_SKIP_MPI_CHECK), for a verdict that is wrong."""
-    why_not = "--skip-mpi-check" if skip else unchecked(mode, environ)
+    ``gloo``: the plan's (launch/gloo.on_gloo); ``skip``: the user's --skip-mpi-check
+    (CTRAIN_SKIP_MPI_CHECK), for a verdict that is wrong."""
+    why_not = "--skip-mpi-check" if skip else unchecked(mode, environ, gloo=gloo)
     if why_not:
         return Verdict(PROCEED, False, f"not checked: {why_not}")
-    return verdict(mode, environ, image_mpi(environ))
+    return verdict(mode, environ, image_mpi(environ), gloo=gloo)
 
 
 def enforce(found: Verdict, rank: int) -> None:
@@ -132,7 +135,9 @@ def doctor_check(environ: Mapping[str, str]) -> Check:
     """``ctrain doctor``'s mpi-match line, as a Horovod rank here."""
     image = image_mpi(environ)
     here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
-    found = verdict(Mode.HOROVOD, environ, image)
+    job = JobEnv.from_environ(environ, os.uname().nodename)
+    gloo = on_gloo(Mode.HOROVOD, job, job.mpi.size or 1)
+    found = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
     status: Status = (
         "PASS" if found.status == PROCEED else "WARN" if found.status == WARN else "FAIL"
     )

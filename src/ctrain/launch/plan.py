@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ctrain.errors import LaunchError
-from ctrain.launch.gloo import Rendezvous, horovod_environment, plan_rendezvous, uses_gloo
+from ctrain.launch.gloo import (
+    Rendezvous,
+    horovod_environment,
+    on_gloo,
+    plan_rendezvous,
+    uses_gloo,
+)
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
@@ -76,8 +82,9 @@ class Plan(NamedTuple):
     env_set: dict[str, str]
     env_unset: tuple[str, ...]
     tuned: tuple[Tuned, ...] = ()  # thread and polling defaults (launch/tuning.py)
-    rendezvous: Rendezvous | None = None  # Horovod over Gloo (launch/gloo.py)
+    rendezvous: Rendezvous | None = None  # Horovod over Gloo that ctrain starts (launch/gloo.py)
     port_window: Window | None = None  # where ports came from, when the mode listens on any
+    gloo: bool = False  # Horovod runs on Gloo alone, without MPI (gloo.on_gloo)
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -325,15 +332,14 @@ def make_plan(
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
-    slurm = job.slurm
-    hosts = slurm.nodes
+    hosts = job.slurm.nodes
     window, ports, tf_config, rendezvous = _listening(mode, job, place, options, environ, ephemeral)
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective
     if collective == AUTO:
         collective = "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
-    tuned = tune(environ, options.tune, mode, place.local_size, slurm.cpus_per_task, cpus)
+    tuned = tune(environ, options.tune, mode, place.local_size, job.slurm.cpus_per_task, cpus)
     env_set, env_unset = _environment(
         environ,
         options,
@@ -364,6 +370,7 @@ def make_plan(
         tuned,
         rendezvous,
         window,
+        on_gloo(mode, job, place.size),
     )
 
 

@@ -134,7 +134,9 @@ def prepare(
 
 def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) -> Verdict:
     """The launcher's MPI against the image's, for this plan (docs/mpi-and-network.md)."""
-    return mpilibs.check(plan.mode, {**environ, **plan.env_set}, options.skip_mpi_check)
+    return mpilibs.check(
+        plan.mode, {**environ, **plan.env_set}, gloo=plan.gloo, skip=options.skip_mpi_check
+    )
 
 
 def explain(

@@ -9,6 +9,7 @@ from ctrain.errors import LaunchError
 from ctrain.launch.gloo import (
     Rendezvous,
     horovod_environment,
+    on_gloo,
     plan_rendezvous,
     server_command,
     uses_gloo,
@@ -61,6 +62,34 @@ def job(env: dict[str, str], host: str = "cn02") -> JobEnv:
 )
 def test_uses_gloo(mode: Mode, size: int, launcher_env: dict[str, str], expected: bool) -> None:
     assert uses_gloo(mode, job(launcher_env), size) is expected
+
+
+HOROVODRUN_GLOO = {  # what horovodrun --gloo gives a rank (horovod_environment's variables)
+    "HOROVOD_CONTROLLER": "gloo",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1",
+    "HOROVOD_RANK": "1",
+    "HOROVOD_SIZE": "2",
+    "HOROVOD_LOCAL_RANK": "1",
+    "HOROVOD_LOCAL_SIZE": "2",
+}
+OPENMPI = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "launcher_env", "expected"),
+    [
+        (Mode.HOROVOD, 2, HOROVODRUN_GLOO, True),  # horovodrun --gloo started the rank
+        (Mode.HOROVOD, 2, hydra(0, 2, 0, 2), True),  # ctrain plans the rendezvous
+        (Mode.HOROVOD, 1, hydra(0, 1, 0, 1), False),
+        (Mode.MULTIWORKER, 2, HOROVODRUN_GLOO, False),
+        (Mode.HOROVOD, 2, OPENMPI, False),
+        # a user's HOROVOD_CONTROLLER=gloo alone: Horovod's CPU operations stay MPI
+        (Mode.HOROVOD, 2, {**OPENMPI, "HOROVOD_CONTROLLER": "gloo"}, False),
+        (Mode.HOROVOD, 2, {**slurm_step(), "HOROVOD_CONTROLLER": "gloo"}, False),
+    ],
+)
+def test_on_gloo(mode: Mode, size: int, launcher_env: dict[str, str], expected: bool) -> None:
+    assert on_gloo(mode, job(launcher_env), size) is expected
 
 
 def test_rendezvous_across_nodes_is_on_the_first_node_of_the_step() -> None:

@@ -123,6 +123,29 @@ def test_each_launcher_gives_each_rank_its_place(launch: str, rank: int) -> None
     assert (got["env"]["set"].get("HOROVOD_CONTROLLER") == "gloo") == gloo
 
 
+def test_the_plan_says_when_horovod_runs_on_gloo_alone() -> None:
+    """Under ctrain's own rendezvous, and under horovodrun --gloo (whose rendezvous is its own):
+    the MPI check reads this, not the HOROVOD_* variables."""
+    for launch, (_, _, _, _, rendezvous) in EXPECTED.items():
+        env = LAUNCHES[launch](0)
+        plan = make_plan(JobEnv.from_environ(env, "cn01"), LaunchOptions(), env, GPUS)
+        assert plan.gloo == rendezvous, launch
+    horovodrun_gloo = {
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "cn01",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": "40000",
+        "HOROVOD_RANK": "1",
+        "HOROVOD_SIZE": "2",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+    }
+    job = JobEnv.from_environ(horovodrun_gloo, "cn01")
+    plan = make_plan(job, LaunchOptions(), horovodrun_gloo, GPUS)
+    assert (plan.place.source, plan.mode, plan.gloo) == ("horovod", Mode.HOROVOD, True)
+    assert plan.rendezvous is None
+
+
 def test_hydra_under_srun_is_not_read_from_slurm() -> None:
     """The proxies' SLURM_PROCID (the node) and a 2-task step would make two ranks 0 of 2."""
     ranks = [explain(hydra_under_srun(rank))["rank"] for rank in range(4)]

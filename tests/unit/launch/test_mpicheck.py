@@ -123,7 +123,7 @@ def outcome(found: Verdict) -> str:
     [pytest.param(*pair, id="-".join(pair)) for pair in itertools.product(LAUNCHERS, IMAGES)],
 )
 def test_truth_table(launcher: str, image: str) -> None:
-    found = verdict(Mode.HOROVOD, LAUNCHERS[launcher], IMAGES[image])
+    found = verdict(Mode.HOROVOD, LAUNCHERS[launcher], IMAGES[image], gloo=False)
     want = EXPECTED[launcher][list(IMAGES).index(image)]
     assert outcome(found) == want, found
     assert found.status == (PROCEED if want == U else want)
@@ -144,16 +144,6 @@ NOT_CHECKED = {
         "mode multiworker does not use MPI",
     ),
     "single": (Mode.SINGLE, LAUNCHERS["prrte-5.0"], "mode single does not use MPI"),
-    "gloo": (
-        Mode.HOROVOD,
-        {**LAUNCHERS["prrte-5.0"], "HOROVOD_CONTROLLER": "gloo"},
-        "Horovod runs on Gloo",
-    ),
-    "horovodrun --gloo": (
-        Mode.HOROVOD,
-        {**LAUNCHERS["slurm-pmix1"], "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1"},
-        "Horovod runs on Gloo",
-    ),
 }
 
 
@@ -161,7 +151,28 @@ NOT_CHECKED = {
 def test_not_checked_without_mpi_or_when_switched_off(case: str) -> None:
     mode, environ, why = NOT_CHECKED[case]
     for image in IMAGES.values():
-        assert verdict(mode, environ, image) == Verdict(PROCEED, False, f"not checked: {why}")
+        found = verdict(mode, environ, image, gloo=False)
+        assert found == Verdict(PROCEED, False, f"not checked: {why}")
+
+
+@pytest.mark.parametrize("launcher", ["prrte-5.0", "slurm-pmix1"])
+def test_horovod_on_gloo_alone_is_not_checked_whatever_launcher_set_the_rank_up(
+    launcher: str,
+) -> None:
+    """The plan says Gloo (launch/gloo.on_gloo); the HOROVOD_* variables are not read."""
+    for image in IMAGES.values():
+        found = verdict(Mode.HOROVOD, LAUNCHERS[launcher], image, gloo=True)
+        assert found == Verdict(PROCEED, False, "not checked: Horovod runs on Gloo")
+
+
+def test_a_users_horovod_controller_gloo_alone_is_still_checked() -> None:
+    """HOROVOD_CONTROLLER=gloo leaves Horovod's CPU operations on MPI (its default), so MPI_Init
+    runs: the pairing matters as much as without it."""
+    environ = {**LAUNCHERS["prrte-5.0"], "HOROVOD_CONTROLLER": "gloo"}
+    for image in IMAGES.values():
+        found = verdict(Mode.HOROVOD, environ, image, gloo=False)
+        assert found == verdict(Mode.HOROVOD, LAUNCHERS["prrte-5.0"], image, gloo=False)
+    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"], gloo=False).checked
 
 
 def test_the_launcher_is_named_from_its_own_variables() -> None:
@@ -211,7 +222,7 @@ def test_release_reads_upstream_debian_and_series_forms() -> None:
 
 def test_messages_name_both_sides_and_the_fix() -> None:
     image = IMAGES["ctrain-debian12"]
-    refused = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix1"], image)
+    refused = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix1"], image, gloo=False)
     assert refused.message == (
         "Slurm's PMIx server (srun --mpi=pmix_v1), PMIx release not given, offers "
         "PMIX_SERVER_URI only; the image's PMIx 4.2.2 client looks for PMIX_SERVER_URI2, "
@@ -220,19 +231,19 @@ def test_messages_name_both_sides_and_the_fix() -> None:
     )
     assert refused.fix.startswith("use srun --mpi=pmix_v4 if `srun --mpi=list` offers it; ")
     assert "Gloo" in refused.fix and "mpirun inside one container" in refused.fix
-    warned = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix3"], image)
+    warned = verdict(Mode.HOROVOD, LAUNCHERS["slurm-pmix3"], image, gloo=False)
     assert "PMIx 3.2.3," in warned.message and "via PMIX_SERVER_URI3 " in warned.message
     assert "PMIX_MCA_gds=hash" in warned.fix
     assert warned.line().startswith("ctrain: warning: Slurm's PMIx server (srun --mpi=pmix_v3)")
-    hybrid = verdict(Mode.HOROVOD, LAUNCHERS["prrte-5.0"], image)
+    hybrid = verdict(Mode.HOROVOD, LAUNCHERS["prrte-5.0"], image, gloo=False)
     assert hybrid.message == (
         "the host's mpirun (PRRTE: Open MPI 5 or newer) cannot start the image's Open MPI "
         "4.1.4: Open MPI does not mix major releases"
     )
     assert "a host mpirun of Open MPI 4.x" in hybrid.fix
-    old = verdict(Mode.HOROVOD, LAUNCHERS["orte-3.1"], image)
+    old = verdict(Mode.HOROVOD, LAUNCHERS["orte-3.1"], image, gloo=False)
     assert "as Open MPI 3.x and older do" in old.message  # shown before PMIx's warning
-    fine = verdict(Mode.HOROVOD, LAUNCHERS["orte-4.1-pmix4"], image)
+    fine = verdict(Mode.HOROVOD, LAUNCHERS["orte-4.1-pmix4"], image, gloo=False)
     assert fine.message.startswith(
         "the host's mpirun (ORTE: Open MPI 4.x or older) and the image's Open MPI 4.1.4: one "
         "major release; "
@@ -348,7 +359,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
 @pytest.mark.parametrize("case", VERDICTS)
 def test_whole_verdicts(case: str) -> None:
     environ, image, want = VERDICTS[case]
-    found = verdict(Mode.HOROVOD, environ, image)
+    found = verdict(Mode.HOROVOD, environ, image, gloo=False)
     assert found == want
     assert found.line() == (
         f"ctrain: warning: {want.message}" + (f" Fix: {want.fix}" if want.fix else "")
@@ -364,14 +375,14 @@ def test_an_mpirun_without_pmix_is_not_taken_for_an_old_one() -> None:
     assert check_openmpi(launcher, IMAGES["ctrain-debian12"]) == Verdict(
         PROCEED, True, f"{ORTE_NAME} and the image's Open MPI 4.1.4: one major release"
     )
-    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"]) == Verdict(
+    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"], gloo=False) == Verdict(
         REFUSE,
         True,
         f"{ORTE_NAME} set up no PMIx server; the image's PMIx 4.2.2 client looks for "
         "PMIX_SERVER_URI2, PMIX_SERVER_URI21, PMIX_SERVER_URI3, PMIX_SERVER_URI4, "
         "PMIX_SERVER_URI41: it cannot connect",
-        f"use a host launcher whose PMIx matches the image's; {OWN}; switch Horovod to Gloo "
-        "(HOROVOD_CONTROLLER=gloo, or horovodrun --gloo): it needs no MPI",
+        f"use a host launcher whose PMIx matches the image's; {OWN}; start the ranks with "
+        "horovodrun --gloo: Horovod on Gloo needs no MPI",
     )
 
 

@@ -108,7 +108,7 @@ def test_an_unchecked_launch_reads_no_file(monkeypatch: pytest.MonkeyPatch) -> N
         raise AssertionError("read the image's files")
 
     monkeypatch.setattr(mpilibs, "image_mpi", never)
-    found = mpilibs.check(Mode.MULTIWORKER, LAUNCHERS["slurm-pmix4"])
+    found = mpilibs.check(Mode.MULTIWORKER, LAUNCHERS["slurm-pmix4"], gloo=False, skip=False)
     assert found == Verdict(PROCEED, False, "not checked: mode multiworker does not use MPI")
 
 
@@ -144,6 +144,20 @@ def test_doctor_reports_this_sides_mpi_and_the_verdict(monkeypatch: pytest.Monke
     assert "PMIX_MCA_gds=hash" in found.fix
     found = mpilibs.doctor_check({**record, **LAUNCHERS["prrte-5.0"]})
     assert found.status == "FAIL" and "does not mix major releases" in found.detail and found.fix
+
+
+def test_doctor_as_a_rank_on_gloo_alone_does_not_check() -> None:
+    """horovodrun --gloo's rank, and a rank of Hydra's (ctrain plans Gloo there): the same rule
+    as the launch's plan (launch/gloo.on_gloo)."""
+    record = {mpilibs.RECORD: "openmpi=4.1.4,pmix=4.2.2"}
+    horovodrun_gloo = {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo"}
+    hydra = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+    step = {**record, **LAUNCHERS["slurm-pmix1"]}  # inherited from the srun task they run in
+    assert mpilibs.doctor_check(step).status == "FAIL"
+    for launcher in (horovodrun_gloo, hydra):
+        found = mpilibs.doctor_check({**step, **launcher})
+        assert (found.status, found.fix) == ("PASS", "")
+        assert found.detail.endswith("; not checked: Horovod runs on Gloo")
 
 
 # ---- the real CLI: `ctrain launch` in a fresh interpreter, the image's MPI given as a record
