@@ -16,7 +16,7 @@ from ctrain.launch import mpilibs
 from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict
 from ctrain.names import Mode
 from tests.helpers import run_ctrain
-from tests.unit.launch.test_mpicheck import LAUNCHERS
+from tests.unit.launch.mpi_launchers import LAUNCHERS
 
 # Two paragraphs as Debian 12's /var/lib/dpkg/status has them in the ctrain images, and one
 # package removed but not purged.
