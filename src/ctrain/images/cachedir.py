@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ctrain.errors import ConfigError
 from ctrain.settings_table import Settings
@@ -58,44 +59,59 @@ def _configured(settings: Settings) -> tuple[Path, str] | None:
     return (Path(text), settings.sources["cache_dir"]) if text else None
 
 
-def _from_runtime_env(
-    environ: Mapping[str, str], home: str | None, exists: Callable[[Path], bool], tried: list[str]
+class _Candidate(NamedTuple):
+    shown: str  # how the error's list of what was tried names it
+    path: Path | None  # None: its variable is unset (``shown`` says so)
+    needs: Path | None  # what must exist: the path itself, or its parent
+    source: str  # CacheChoice.source when it is chosen
+
+
+def _first_usable(
+    candidates: Iterable[_Candidate],
+    home: str | None,
+    exists: Callable[[Path], bool],
+    tried: list[str],
 ) -> tuple[Path, str] | None:
-    """An existing APPTAINER_CACHEDIR (or SINGULARITY_CACHEDIR) outside $HOME."""
+    """The first candidate whose ``needs`` exists and that is outside $HOME, with its source;
+    each one passed over goes to ``tried``, with why."""
+    for candidate in candidates:
+        path, needs = candidate.path, candidate.needs
+        if path is None or needs is None:
+            tried.append(candidate.shown)
+        elif not exists(needs):
+            missing = "does not exist" if needs == path else f"{needs} does not exist"
+            tried.append(f"{candidate.shown} ({missing})")
+        elif is_under(path, home):
+            tried.append(f"{candidate.shown} (under $HOME)")
+        else:
+            return path, candidate.source
+    return None
+
+
+def _runtime_env(environ: Mapping[str, str]) -> list[_Candidate]:
+    """APPTAINER_CACHEDIR (or SINGULARITY_CACHEDIR) where set: used when it exists."""
+    candidates = []
     for name in RUNTIME_CACHE_ENVS:
         value = _value(environ, name)
-        if value is None:
-            continue
-        path = Path(value)
-        if not exists(path):
-            tried.append(f"{name}={value} (does not exist)")
-        elif is_under(path, home):
-            tried.append(f"{name}={value} (under $HOME)")
-        else:
-            return path, f"env {name}"
-    return None
+        if value is not None:
+            path = Path(value)
+            candidates.append(_Candidate(f"{name}={value}", path, path, f"env {name}"))
+    return candidates
 
 
-def _from_scratch(
-    environ: Mapping[str, str], home: str | None, exists: Callable[[Path], bool], tried: list[str]
-) -> tuple[Path, str] | None:
-    """$SCRATCH/ctrain, $WORK/ctrain, /scratch/$USER/ctrain: the first whose parent exists and
-    is outside $HOME."""
+def _scratch(environ: Mapping[str, str]) -> list[_Candidate]:
+    """$SCRATCH/ctrain, $WORK/ctrain, /scratch/$USER/ctrain: used when the parent exists."""
     user = _value(environ, "USER") or _value(environ, "LOGNAME")
-    candidates = [(f"${name}", name, _value(environ, name)) for name in SCRATCH_ENVS]
-    candidates.append(("/scratch/$USER", "USER", f"/scratch/{user}" if user else None))
-    for label, variable, parent in candidates:
+    parents = [(f"${name}", name, _value(environ, name)) for name in SCRATCH_ENVS]
+    parents.append(("/scratch/$USER", "USER", f"/scratch/{user}" if user else None))
+    candidates = []
+    for label, variable, parent in parents:
         if parent is None:
-            tried.append(f"{label}/ctrain ({variable} unset)")
-            continue
-        path = Path(parent) / "ctrain"
-        if not exists(Path(parent)):
-            tried.append(f"{path} ({parent} does not exist)")
-        elif is_under(path, home):
-            tried.append(f"{path} (under $HOME)")
+            candidates.append(_Candidate(f"{label}/ctrain ({variable} unset)", None, None, ""))
         else:
-            return path, f"scratch {label}"
-    return None
+            path = Path(parent) / "ctrain"
+            candidates.append(_Candidate(str(path), path, Path(parent), f"scratch {label}"))
+    return candidates
 
 
 def resolve_cache_dir(
@@ -114,13 +130,11 @@ def resolve_cache_dir(
     ConfigError listing what was tried."""
     home = _value(environ, "HOME")
     tried: list[str] = []
-    found = (
-        _configured(settings)
-        or _from_runtime_env(environ, home, exists, tried)
-        or _from_scratch(environ, home, exists, tried)
+    chosen = _configured(settings) or _first_usable(
+        [*_runtime_env(environ), *_scratch(environ)], home, exists, tried
     )
-    if found is not None:
-        return CacheChoice(found[0], found[1], is_under(found[0], home))
+    if chosen is not None:
+        return CacheChoice(chosen[0], chosen[1], is_under(chosen[0], home))
     allow_home = accept_home or settings.allow_home_cache
     if allow_home and home:
         path = Path(home) / HOME_DEFAULT
