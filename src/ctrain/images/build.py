@@ -15,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctrain.errors import ExternalToolError, Interrupted, SpecError
+from ctrain.errors import ExternalToolError, SpecError
 from ctrain.images import cachedir
 from ctrain.images.sif_header import check_sif
 from ctrain.names import ENGINE_RUNTIMES
@@ -180,24 +179,22 @@ def _run(
 ) -> None:
     """Run a build: each output line to stderr, or with ``show`` each step to it and the last
     lines to stderr if the build fails."""
-    said: deque[str] = deque(maxlen=proc.TAIL_LINES)
 
     def on_line(line: str) -> None:
         if show is None:
             print(line, end="", file=sys.stderr)
             return
-        said.append(line)
         event = build_event(line)
         if event is not None:
             show(event)
 
-    code, stopped = proc.stream_forwarding(argv, env, on_line)
-    if stopped is not None:
-        raise Interrupted(
-            f"build stopped by {stopped}; {target} was not written", "run the same build again"
-        )
+    untouched, again = f"{target} was not written", "run the same build again"
+    code, tail = proc.stream_to_end(
+        argv, env, on_line, what="build", untouched=untouched, again=again
+    )
     if code != 0:
-        print("".join(said), end="", file=sys.stderr)
+        if show is not None:  # otherwise every line is on stderr already
+            print(tail, end="", file=sys.stderr)
         raise ExternalToolError(f"{runtime} build exited {code}", "read the build output above")
 
 

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from ctrain.errors import ExternalToolError
+from ctrain.errors import ExternalToolError, Interrupted
 
 if TYPE_CHECKING:
     import subprocess
@@ -238,6 +238,32 @@ def stream_forwarding(
         for sig, old in previous.items():
             signal.signal(sig, old)
     return code, received[0].name if received else None
+
+
+def stream_to_end(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None,
+    on_line: Callable[[str], None],
+    *,
+    what: str,
+    untouched: str,
+    again: str,
+) -> tuple[int, str]:
+    """``stream_forwarding`` for a step that writes one thing (a pull, a build): its exit code
+    and the last ``TAIL_LINES`` lines it said; a signal that stopped it raises Interrupted
+    ("WHAT stopped by SIGNAL; UNTOUCHED", fix ``again``)."""
+    from collections import deque
+
+    said: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def keep(line: str) -> None:
+        said.append(line)
+        on_line(line)
+
+    code, stopped = stream_forwarding(argv, env, keep)
+    if stopped is not None:
+        raise Interrupted(f"{what} stopped by {stopped}; {untouched}", again)
+    return code, "".join(said)
 
 
 def _wait_forwarded(

@@ -29,7 +29,6 @@ import abc
 import contextlib
 import signal
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,19 +180,10 @@ def pull_lock(plan: PullPlan, where: str, environ: Mapping[str, str], say: Say) 
 def run_tool(argv: list[str], env: Mapping[str, str], what: str, fix: str, echo: Say) -> None:
     """Run a pull tool, its output lines to ``echo``: a signal passed on to it ends the pull as
     Interrupted, a failure as PullError with the last of what it said."""
-    said: deque[str] = deque(maxlen=proc.TAIL_LINES)
-
-    def on_line(line: str) -> None:
-        said.append(line)
-        echo(line)
-
-    code, stopped_by = proc.stream_forwarding(argv, env, on_line)
-    if stopped_by is not None:
-        raise Interrupted(
-            f"pull stopped by {stopped_by}; {UNTOUCHED}", "run the same ctrain pull again"
-        )
+    again = "run the same ctrain pull again"
+    code, tail = proc.stream_to_end(argv, env, echo, what="pull", untouched=UNTOUCHED, again=again)
     if code != 0:
-        last = proc.last_line("".join(said)) or f"exit code {code}"
+        last = proc.last_line(tail) or f"exit code {code}"
         raise PullError(f"{what} failed: {last}", f"{fix}; {UNTOUCHED}")
 
 
