@@ -70,7 +70,8 @@ def _window(text: str) -> str:
 class Setting(NamedTuple):
     """One setting, everything about it: its config key and variable (``name``), default, help,
     parser, and what its command-line option is (``choices`` for a choice, a true/false setting
-    a flag, ``flag`` where the option is not ``--name-with-dashes``, ``metavar``). The Click
+    a flag, ``flag`` where the option is not ``--name-with-dashes`` (for a bench row, without
+    ``bench-``), ``metavar``). The Click
     option (cli/_options.py), the typed field (``Settings``) and the reference page come from it.
     """
 
@@ -98,8 +99,9 @@ class Setting(NamedTuple):
 
     @property
     def option(self) -> str:
-        """Its command-line option."""
-        return self.flag or "--" + self.name.replace("_", "-")
+        """Its command-line option: ``--name-with-dashes``, without ``bench-`` for a bench row
+        (``ctrain bench --workers``), unless ``flag`` says another."""
+        return self.flag or "--" + self.name.removeprefix(BENCH_PREFIX).replace("_", "-")
 
 
 def _row(
@@ -216,81 +218,49 @@ class Settings:
 
     # What only ``ctrain bench`` reads (BENCH_PREFIX; env CTRAIN_BENCH_*).
     bench_workers: str = _row(
-        "1,2",
-        "worker counts for ctrain bench, comma-separated",
-        _text,
-        flag="--workers",
-        metavar="N,N,...",
+        "1,2", "worker counts for ctrain bench, comma-separated", _text, metavar="N,N,..."
     )
     bench_model: str = _row(
-        "ResNet50",
-        "Keras application model ctrain bench trains",
-        _text,
-        flag="--model",
-        metavar="NAME",
+        "ResNet50", "Keras application model ctrain bench trains", _text, metavar="NAME"
     )
     bench_batch: int = _row(
-        32, "images per worker and step in ctrain bench", _positive_int, flag="--batch", metavar="N"
+        32, "images per worker and step in ctrain bench", _positive_int, metavar="N"
     )
     bench_image_size: int = _row(
-        224,
-        "image side in pixels in ctrain bench",
-        _positive_int,
-        flag="--image-size",
-        metavar="PX",
+        224, "image side in pixels in ctrain bench", _positive_int, metavar="PX"
     )
-    bench_steps: int = _row(
-        100, "timed steps per ctrain bench run", _positive_int, flag="--steps", metavar="N"
-    )
+    bench_steps: int = _row(100, "timed steps per ctrain bench run", _positive_int, metavar="N")
     bench_iters: int = _row(
-        10, "timed iterations the steps are split into", _positive_int, flag="--iters", metavar="N"
+        10, "timed iterations the steps are split into", _positive_int, metavar="N"
     )
     bench_warmup: int = _row(
-        10,
-        "untimed first steps of each ctrain bench run",
-        _positive_int,
-        flag="--warmup",
-        metavar="N",
+        10, "untimed first steps of each ctrain bench run", _positive_int, metavar="N"
     )
     bench_threads: int | None = _row(
-        None,
-        "CPU threads per bench worker (none: TF's)",
-        _positive_int,
-        flag="--threads",
-        metavar="N",
+        None, "CPU threads per bench worker (none: TF's)", _positive_int, metavar="N"
     )
     bench_launcher: str = _one_of(
         AUTO,
         "what starts bench workers (auto: srun, else mpirun for horovod, else local)",
         BENCH_LAUNCHER_CHOICES,
-        flag="--launcher",
     )
     bench_launcher_args: str | None = _row(
-        None,
-        "more srun/mpirun options for ctrain bench",
-        _text,
-        flag="--launcher-args",
-        metavar="'ARGS'",
+        None, "more srun/mpirun options for ctrain bench", _text, metavar="'ARGS'"
     )
     bench_script: str | None = _row(
-        None,
-        "benchmark script (default: python -m ctrain.bench.synthetic)",
-        _text,
-        flag="--script",
-        metavar="PATH",
+        None, "benchmark script (default: python -m ctrain.bench.synthetic)", _text, metavar="PATH"
     )
     bench_timeout: int = _row(
-        3600, "seconds one ctrain bench run may take", _positive_int, flag="--timeout", metavar="S"
+        3600, "seconds one ctrain bench run may take", _positive_int, metavar="S"
     )
     bench_out: str = _row(
-        "runs/bench", "directory for ctrain bench's outputs", _text, flag="--out", metavar="DIR"
+        "runs/bench", "directory for ctrain bench's outputs", _text, metavar="DIR"
     )
     bench_profile: str | None = _row(
         None,
         "trace steps FIRST-LAST (e.g. 20-25) of the largest ctrain bench run only (ctrain "
         "launch --profile), into the bench's output directory",
         _window,
-        flag="--profile",
         metavar="STEPS",
     )
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # name -> "flag", ...
