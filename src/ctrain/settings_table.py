@@ -71,8 +71,8 @@ class Setting(NamedTuple):
     """One setting, everything about it: its config key and variable (``name``), default, help,
     parser, and what its command-line option is (``choices`` for a choice, a true/false setting
     a flag, ``flag`` where the option is not ``--name-with-dashes`` (for a bench row, without
-    ``bench-``), ``metavar``). The Click
-    option (cli/_options.py), the typed field (``Settings``) and the reference page come from it.
+    ``bench-``), ``metavar``). The Click option (cli/_options.py), the typed field
+    (``Settings``) and the reference page come from it.
     """
 
     name: str
