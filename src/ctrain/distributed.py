@@ -221,7 +221,8 @@ class Context:
         steps the ranks agree whether to stop (one small allreduce)."""
         from ctrain.train import preemption
 
-        callback = preemption.Preemption(self, path, config, every_epochs, keep, exit, check_every)
+        policy = preemption.Policy(every_epochs, keep, exit, check_every)
+        callback = preemption.Preemption(self, path, config, policy)
         self._preemption["callback"] = callback
         return [callback]
 

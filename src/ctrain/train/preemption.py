@@ -29,7 +29,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -169,6 +169,16 @@ def resume(
     return epoch, step, found.path
 
 
+class Policy(NamedTuple):
+    """When the callback checkpoints, how many it keeps, whether it exits, how often the ranks
+    agree on the signal (the defaults are ``Distributed.preemption_callbacks``')."""
+
+    every_epochs: int
+    keep: int
+    exit: bool
+    check_every: int
+
+
 class Preemption(Callback):  # type: ignore[misc,valid-type]
     """Checkpoint every ``every_epochs`` epochs, and on SIGUSR2 (agreed by all ranks) after the
     current step; then exit with REQUEUE_EXIT_CODE (unless ``exit=False``: read ``stopped``).
@@ -180,24 +190,18 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
         self,
         ctx: Any,
         path: str | os.PathLike[str],
-        config: Mapping[str, Any] | None = None,
-        every_epochs: int = 1,
-        keep: int = 2,
-        exit: bool = True,
-        check_every: int = 1,
+        config: Mapping[str, Any] | None,
+        policy: Policy,
     ) -> None:
         super().__init__()
-        if every_epochs < 1 or check_every < 1 or keep < 1:
+        if min(policy.every_epochs, policy.check_every, policy.keep) < 1:
             raise CheckpointError(
                 "every_epochs, check_every and keep must be at least 1", "pass positive values"
             )
         self.ctx = ctx
         self.path = Path(path)
         self.config = dict(config or {})
-        self.every_epochs = every_epochs
-        self.keep = keep
-        self.exit = exit
-        self.check_every = check_every
+        self.policy = policy
         self.stopped = False
         self.saved: list[Path] = []
         self._directory: Path | None = None
@@ -231,7 +235,7 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
         if self._epoch == epoch and self._done <= step:
             return  # a batch skipped on resume: the model is still at `step`
         self._checks += 1
-        if self._checks % self.check_every:
+        if self._checks % self.policy.check_every:
             return
         if agree(self.ctx, STOP.requested):
             self.stopped = True
@@ -245,7 +249,7 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
         def write_state(prefix: Path) -> None:
             state.write(str(prefix))
 
-        keep = self.keep if self.ctx.is_chief else 1
+        keep = self.policy.keep if self.ctx.is_chief else 1
         info = checkpoints.job_info(os.environ)
         written = checkpoints.write(
             self._directory, epoch, step, self.fingerprint, write_state, info, keep
@@ -263,11 +267,11 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
             if whole and epoch + 1 == last:
                 self.stopped = False  # that was the last step anyway: done, nothing to requeue
             return
-        if (epoch + 1) % self.every_epochs == 0 or epoch + 1 == last:
+        if (epoch + 1) % self.policy.every_epochs == 0 or epoch + 1 == last:
             self._save(epoch + 1, 0)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if not (self.stopped and self.exit):
+        if not (self.stopped and self.policy.exit):
             return
         if self.ctx.is_chief and self.saved:
             print(
