@@ -7,6 +7,7 @@ whose record names the image the engine holds downloads nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -45,18 +46,8 @@ class EngineStore:
                 f"-o/--output has no meaning for {asked.runtime}: images live in its own store",
                 "drop -o, or pull a SIF file with --runtime apptainer",
             )
-        record = asked.cache_root / ENGINE_DIR / f"{safe_name(checked)}.json"
-        lock = record.with_suffix(".lock")
-        return PullPlan(
-            ref=checked,
-            runtime=asked.runtime,
-            program=asked.program,
-            target=None,
-            record=record,
-            lock=lock,
-            owned=True,
-            force=asked.force,
-        )
+        named = asked.cache_root / ENGINE_DIR / safe_name(checked)  # NAME.json, NAME.lock
+        return dataclasses.replace(PullPlan.beside(asked, checked, named), target=None)
 
     def recorded(self, plan: PullPlan) -> bool:
         """Whether ctrain's record names this reference (the engine is not asked)."""
