@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import references
+from ctrain.images.record import read_sidecar
 from tests.helpers import REGISTRY, run_ctrain
 
 from .podman import TIMEOUT, podman, present, pull_events, push_busybox
@@ -58,7 +59,7 @@ def test_pull_records_the_registry_digest_and_a_second_pull_downloads_nothing(
     assert len(pull_events(ref, start)) == 1
 
     record = cache / "docker" / f"{references.safe_name(ref)}.json"
-    sidecar = record.read_sidecar(record)
+    sidecar = read_sidecar(record)
     assert sidecar is not None
     assert (sidecar.ref, sidecar.runtime, sidecar.digest) == (ref, "podman", digest)
     inspected = json.loads(podman("image", "inspect", ref))[0]
