@@ -12,7 +12,7 @@ from ctrain.cli._options import DashDashCommand, setting_option, settings_from
 from ctrain.names import JOB_MODES, RUNTIME_CHOICES
 
 if TYPE_CHECKING:
-    from ctrain.slurm.jobs import JobRequest
+    from ctrain.slurm.request import JobRequest
 
 Positive = click.IntRange(min=1)
 
@@ -58,7 +58,7 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _request(mode: str, **flags: Any) -> JobRequest:
-    from ctrain.slurm.jobs import JobRequest
+    from ctrain.slurm.request import JobRequest
 
     command: tuple[str, ...] = click.get_current_context().meta["ctrain.command"]
     names = ("image", "runtime", "check_network", "profile")

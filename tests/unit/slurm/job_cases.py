@@ -3,7 +3,7 @@ that change each line."""
 
 from __future__ import annotations
 
-from ctrain.slurm.jobs import JobRequest
+from ctrain.slurm.request import JobRequest
 
 WEIRD = ("python", "my train.py", "--note", 'it\'s a "test"\n$HOME `id` ;|&', "--lr=0.1")
 

@@ -14,7 +14,7 @@ import pytest
 
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs
-from ctrain.slurm.jobs import JobRequest
+from ctrain.slurm.request import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 from tests.helpers import wait_for
 from tests.unit.slurm.fake_programs import env

@@ -22,7 +22,7 @@ from ctrain.errors import JobRequestError
 from ctrain.names import JOB_MODES
 from ctrain.settings_table import BY_NAME
 from ctrain.slurm import jobs
-from ctrain.slurm.jobs import JobRequest
+from ctrain.slurm.request import JobRequest, parse_time
 from tests.helpers import REPO, need, sandbox
 from tests.unit.slurm.job_cases import CASES, WEIRD
 
@@ -190,13 +190,13 @@ def test_refusals_say_the_fix(request_: JobRequest, message: str, fix: str) -> N
     ],
 )
 def test_parse_time(text: str, seconds: int) -> None:
-    assert jobs.parse_time(text) == seconds
+    assert parse_time(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1:2:3:4", "1-", "-1", "1-24", "1:61", "a", "1.5", "1 h"])
 def test_parse_time_refuses(text: str) -> None:
     with pytest.raises(JobRequestError, match="not a Slurm time limit"):
-        jobs.parse_time(text)
+        parse_time(text)
 
 
 def test_cpu_only_multiworker_defaults_to_one_task_per_node() -> None:

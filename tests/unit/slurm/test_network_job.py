@@ -16,7 +16,7 @@ from ctrain.cli import main
 from ctrain.errors import CtrainError
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs, network_job
-from ctrain.slurm.jobs import JobRequest
+from ctrain.slurm.request import JobRequest
 from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "unit" / "golden" / "jobs"

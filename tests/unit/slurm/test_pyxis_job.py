@@ -12,7 +12,7 @@ import pytest
 
 from ctrain.container import carry
 from ctrain.slurm import jobs
-from ctrain.slurm.jobs import JobRequest
+from ctrain.slurm.request import JobRequest
 from tests.unit.slurm.fake_programs import env
 
 COMMAND = ("python", "train.py", "--epochs", "3")
