@@ -44,9 +44,9 @@ HOROVOD_PROBE = ("ctrain.train.horovod_probe",)
 
 def parse_version(text: str) -> str:
     """The version in ``apptainer --version``, ``docker --version``, ``podman --version``..."""
-    found = re.search(r"\bv?(\d+(?:\.\d+)+[\w.+~-]*)", text)
-    if found:
-        return found.group(1)
+    version = re.search(r"\bv?(\d+(?:\.\d+)+[\w.+~-]*)", text)
+    if version:
+        return version.group(1)
     lines = text.strip().splitlines()
     return lines[0].strip() if lines else "unknown version"
 
@@ -130,15 +130,15 @@ def _charliecloud(path: str, environ: Mapping[str, str]) -> tuple[bool, str]:
 
 
 def check_runtime(environ: Mapping[str, str]) -> Check:
-    found = [
+    installed = [
         (n, p) for n in CONTAINER_RUNTIMES if (p := proc.which(program_of(n), environ)) is not None
     ]
-    results = [_runtime(name, path, environ) for name, path in found]
+    results = [_runtime(name, path, environ) for name, path in installed]
     detail = "; ".join(text for _, text in results) or "none of " + ", ".join(CONTAINER_RUNTIMES)
     if any(usable for usable, _ in results):
         return Check("runtime", "PASS", detail)
     fix = "install Apptainer (clusters) or Docker; `--runtime host` still runs without one"
-    if any(name == "docker" for name, _ in found):
+    if any(name == "docker" for name, _ in installed):
         fix = "start the Docker daemon or " + fix
     return Check("runtime", "WARN", detail, fix)
 
@@ -222,8 +222,8 @@ def describe_slurm_job(environ: Mapping[str, str]) -> str:
 
 def describe_pyxis(srun: str | None, environ: Mapping[str, str]) -> str:
     """Whether srun has pyxis (``--runtime pyxis``) and which enroot is on PATH."""
-    found = _tool([srun, "--help"], "srun --help", environ) if srun else None
-    pyxis = "pyxis loaded" if isinstance(found, str) and pyxis_loaded(found) else "no pyxis"
+    srun_help = _tool([srun, "--help"], "srun --help", environ) if srun else None
+    pyxis = "pyxis loaded" if isinstance(srun_help, str) and pyxis_loaded(srun_help) else "no pyxis"
     enroot = proc.which("enroot", environ)
     out = _tool([enroot, "version"], "enroot version", environ) if enroot else None
     if isinstance(out, str):
@@ -336,8 +336,8 @@ def _caller(environ: Mapping[str, str]) -> tuple[str, int]:
 def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
     """Every check, in display order; the slow probes run side by side."""
     try:
-        found = list_gpus(environ)
-        gpus = None if found is None else [gpu.name for gpu in found]
+        listed = list_gpus(environ)
+        gpus = None if listed is None else [gpu.name for gpu in listed]
     except Exception:  # check_gpus reports the absence
         gpus = None
     checks: list[tuple[str, Callable[[], Check]]] = [

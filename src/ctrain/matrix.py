@@ -194,14 +194,14 @@ _SPEC = re.compile(r"^(all|(>=|<)(\d+)\.(\d+))$")
 
 
 def _applies(spec: str, tf_version: str) -> bool:
-    found = _SPEC.match(spec)
-    if found is None:
+    tf_range = _SPEC.match(spec)
+    if tf_range is None:
         raise MatrixError(f"patch series: TensorFlow range {spec!r}. Fix: all, >=X.Y or <X.Y")
-    if found[1] == "all":
+    if tf_range[1] == "all":
         return True
     major, minor = (int(part) for part in tf_version.split(".")[:2])
-    at_least = (major, minor) >= (int(found[3]), int(found[4]))
-    return at_least if found[2] == ">=" else not at_least
+    at_least = (major, minor) >= (int(tf_range[3]), int(tf_range[4]))
+    return at_least if tf_range[2] == ">=" else not at_least
 
 
 def series(text: str, tf_version: str) -> list[str]:

@@ -35,13 +35,13 @@ class Window(NamedTuple):
 
 def parse_window(text: str) -> Window:
     """``N`` or ``FIRST-LAST`` as a Window; a ValueError says what is wrong and what to give."""
-    found = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
-    if found is None:
+    bounds = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if bounds is None:
         raise ValueError(
             f"not a step or a range of steps; give steps after warm-up, e.g. {EXAMPLE}"
         )
-    first = int(found.group(1))
-    last = int(found.group(2)) if found.group(2) is not None else first
+    first = int(bounds.group(1))
+    last = int(bounds.group(2)) if bounds.group(2) is not None else first
     if first == 0:
         raise ValueError(f"steps count from 1; e.g. {EXAMPLE}")
     if first == 1:

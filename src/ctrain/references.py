@@ -181,8 +181,8 @@ def archive_path(ref: str) -> Path | None:
 
 def digest_in_ref(ref: str) -> str | None:
     """``sha256:...`` when the reference is pinned by digest (``...@sha256:<64 hex>``)."""
-    found = _DIGEST.search(ref)
-    return found.group(1) if found else None
+    pinned = _DIGEST.search(ref)
+    return pinned.group(1) if pinned else None
 
 
 # ---- enroot's form (pyxis) ------------------------------------------------------------------

@@ -85,10 +85,10 @@ def version_argv(program: str) -> list[str]:
 def parse_version(output: str, program: str) -> RuntimeVersion:
     """The version in ``PROGRAM --version``'s output (warnings before it are skipped)."""
     for line in output.splitlines():
-        found = _LINE.match(line.strip())
-        if found:
-            flavour: Flavour = found.group(1)  # type: ignore[assignment]
-            major, minor, patch = (int(found.group(n) or 0) for n in (2, 3, 4))
+        version_line = _LINE.match(line.strip())
+        if version_line:
+            flavour: Flavour = version_line.group(1)  # type: ignore[assignment]
+            major, minor, patch = (int(version_line.group(n) or 0) for n in (2, 3, 4))
             return RuntimeVersion(flavour, (major, minor, patch), line.strip())
     shown = proc.last_line(output) or "nothing"
     raise ExternalToolError(
@@ -120,10 +120,10 @@ def identity(program: str) -> tuple[str, str] | None:
 
 def _recorded(path: Path) -> dict[str, dict[str, str]]:
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return found if isinstance(found, dict) else {}
+    return records if isinstance(records, dict) else {}
 
 
 def recall(path: Path, key: tuple[str, str]) -> str | None:
@@ -156,7 +156,7 @@ def installed_version(program: str, environ: Mapping[str, str]) -> RuntimeVersio
         if line is not None and _LINE.match(line):
             return parse_version(line, program)
     output = proc.check(version_argv(program), environ, VERSION_TIMEOUT)
-    found = parse_version(output, program)
+    version = parse_version(output, program)
     if where is not None and key is not None:
-        remember(where, key, found.text)
-    return found
+        remember(where, key, version.text)
+    return version

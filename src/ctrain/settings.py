@@ -66,8 +66,8 @@ def read_config(path: str) -> dict[str, Resolved]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        found = re.search(r"line (\d+)", str(exc))
-        line = found.group(1) if found else "1"
+        position = re.search(r"line (\d+)", str(exc))
+        line = position.group(1) if position else "1"
         raise ConfigError(
             f"{path}:{line}: malformed TOML ({exc})", "write settings as key = value"
         ) from exc
@@ -111,8 +111,8 @@ def resolve(
             result[setting.name] = from_files[setting.name]
         else:
             result[setting.name] = Resolved(setting.default, "default")
-    values = {name: found.value for name, found in result.items()}
-    sources = {name: found.source for name, found in result.items()}
+    values = {name: resolved.value for name, resolved in result.items()}
+    sources = {name: resolved.source for name, resolved in result.items()}
     return Settings(**values, sources=sources)  # type: ignore[arg-type]  # each parser's type
 
 

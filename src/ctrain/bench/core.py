@@ -235,8 +235,8 @@ def progress_units(line: str) -> int | None:
     says are done, or None when the line says nothing about progress."""
     if line.startswith("Running benchmark..."):
         return 1
-    found = ITER.match(line)
-    return int(found.group(1)) + 2 if found else None
+    iteration = ITER.match(line)
+    return int(iteration.group(1)) + 2 if iteration else None
 
 
 def progress_line(done: int, total: int, label: str, width: int = 24) -> str:

@@ -115,8 +115,8 @@ def run(
         progress.start_run(f"{workers} worker{'s' if workers > 1 else ''}:")
         before = _profile_runs(profile_root)
         start = time.monotonic()
-        found = _run_one(argv, env, out_dir, workers, progress, options.timeout)
-        result = result_from_reports(workers, found, time.monotonic() - start, argv)
+        rank_reports = _run_one(argv, env, out_dir, workers, progress, options.timeout)
+        result = result_from_reports(workers, rank_reports, time.monotonic() - start, argv)
         report.results.append(result)
         if traced is not None:
             added = new_profile_run(before, _profile_runs(profile_root))

@@ -48,11 +48,11 @@ def command_path(args: Sequence[str]) -> str:
     for word in args:
         if not isinstance(command, click.Group):
             break
-        found = command.get_command(click.Context(command), word)
-        if found is None:
+        subcommand = command.get_command(click.Context(command), word)
+        if subcommand is None:
             break
         names.append(word)
-        command = found
+        command = subcommand
     return " ".join(names)
 
 

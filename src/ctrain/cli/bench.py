@@ -87,8 +87,8 @@ def _show(report: BenchReport, paths: dict[str, Path]) -> None:
     if "plot" not in paths:
         click.echo("plot: not drawn, matplotlib is not installed here (pip install matplotlib)")
     if report.profile is not None:
-        found = report.profile.breakdown or f"{report.profile.directory} (no breakdown.txt)"
-        click.echo(f"profile of the {report.profile.workers}-worker run: {found}")
+        breakdown = report.profile.breakdown or f"{report.profile.directory} (no breakdown.txt)"
+        click.echo(f"profile of the {report.profile.workers}-worker run: {breakdown}")
 
 
 def _ctrain_beside(python: str) -> str:

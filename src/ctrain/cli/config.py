@@ -21,7 +21,7 @@ def config_show(as_json: bool) -> None:
     from ctrain.settings_table import SETTINGS
 
     resolved = settings_from({})
-    found = [(s, getattr(resolved, s.name), resolved.sources[s.name]) for s in SETTINGS]
+    effective = [(s, getattr(resolved, s.name), resolved.sources[s.name]) for s in SETTINGS]
     if as_json:
         rows = {
             setting.name: {
@@ -29,10 +29,10 @@ def config_show(as_json: bool) -> None:
                 "source": source,
                 "env": setting.env,
             }
-            for setting, value, source in found
+            for setting, value, source in effective
         }
         click.echo(json.dumps(rows, indent=2))
         return
-    for setting, value, source in found:
+    for setting, value, source in effective:
         shown = ",".join(value) if isinstance(value, tuple) else value
         click.echo(f"{setting.name:<20} {shown!s:<42} {source}")

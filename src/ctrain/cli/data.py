@@ -25,17 +25,17 @@ def _report(prepared: Path, where: Path, as_json: bool) -> None:
 
     from ctrain.train.data import summary
 
-    found = summary(prepared)
+    dataset = summary(prepared)
     if as_json:
-        click.echo(json.dumps(found, indent=2))
+        click.echo(json.dumps(dataset, indent=2))
         return
-    splits = ", ".join(f"{name} {count}" for name, count in found["splits"].items())
-    click.echo(f"{found['name']} {found['version']} in {found['path']}: {splits}")
-    if found["classes"]:
-        click.echo(f"  classes: {', '.join(found['classes'])}")
-    split = "train" if "train" in found["splits"] else next(iter(found["splits"]), "train")
+    splits = ", ".join(f"{name} {count}" for name, count in dataset["splits"].items())
+    click.echo(f"{dataset['name']} {dataset['version']} in {dataset['path']}: {splits}")
+    if dataset["classes"]:
+        click.echo(f"  classes: {', '.join(dataset['classes'])}")
+    split = "train" if "train" in dataset["splits"] else next(iter(dataset["splits"]), "train")
     click.echo(
-        f"  offline in training: ctx.load_dataset({found['name']!r}, {split!r}, "
+        f"  offline in training: ctx.load_dataset({dataset['name']!r}, {split!r}, "
         f"data_dir={str(where)!r})"
     )
 

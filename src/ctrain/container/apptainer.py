@@ -141,22 +141,22 @@ class Apptainer:
         """What --dry-run says about this runtime's choices."""
         version = self._installed()
         verbatim = f"values verbatim ({NO_EVAL})" if version.has(NO_EVAL) else "checked, no $`\\"
-        found = [f"{version.text}: container variables as {self.env_prefix}NAME, {verbatim}"]
+        lines = [f"{version.text}: container variables as {self.env_prefix}NAME, {verbatim}"]
         if without_fuse(spec):
-            found.append(
+            lines.append(
                 f"/dev/fuse is closed to you: {UNSQUASH} extracts the image to a temporary "
                 "sandbox at each start"
             )
         if driver_first(spec, version):
-            found.append(
+            lines.append(
                 f"--nv: {PREPEND_LIBS}={DRIVER_LIBS}, so the host's NVIDIA driver libraries come "
                 "before the image's own library directories (Apptainer 1.4's order)"
             )
         image = runtime_reference(spec.image, "exec")
         if image != spec.image:
             takes = f"the form {self.name} {spec.action} takes"
-            found.append(f"image {spec.image} given as {image}, {takes}")
-        return found
+            lines.append(f"image {spec.image} given as {image}, {takes}")
+        return lines
 
     def image_file(self, image: str) -> str | None:
         """The local file an image reference names, or None for a remote reference."""

@@ -49,15 +49,15 @@ FROMHOST_FIX = "run `ch-fromhost --nvidia {image}` on the GPU node first (docs/c
 def parse_image_env(text: str) -> dict[str, str]:
     """``IMAGE/ch/environment``: ``NAME=VALUE`` lines, blank lines skipped, single quotes
     around a value stripped, as ch-run's ``--set-env`` reads the file."""
-    found: dict[str, str] = {}
+    variables: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if not sep or not key:
             continue
         if len(value) >= 2 and value[0] == value[-1] == "'":
             value = value[1:-1]
-        found[key] = value
-    return found
+        variables[key] = value
+    return variables
 
 
 def image_env(image: str) -> dict[str, str]:
@@ -189,19 +189,19 @@ class Charliecloud:
         return self
 
     def notes(self, spec: RunSpec) -> list[str]:
-        found = [
+        lines = [
             f"container environment exactly: the image's {CH_ENV_FILE}, then the variables below "
             "(ch-run --unset-env removes the rest)"
         ]
         tmpdir = spec.env.get("TMPDIR")
-        found.append(f"host {tmpdir or CONTAINER_TMP} is the container's /tmp (ch-run binds it)")
+        lines.append(f"host {tmpdir or CONTAINER_TMP} is the container's /tmp (ch-run binds it)")
         if spec.workdir is None and self._workdir(spec) is None:
-            found.append(f"{spec.cwd} is not in the container: it starts in ch-run's default")
+            lines.append(f"{spec.cwd} is not in the container: it starts in ch-run's default")
         if pmix(spec.env) and "PMIX_MCA_gds" not in spec.env:
-            found.append("PMIx: PMIX_MCA_gds=hash (the server's store is outside the container)")
+            lines.append("PMIx: PMIX_MCA_gds=hash (the server's store is outside the container)")
         if spec.nv:
-            found.append("GPUs: the driver libraries ch-fromhost --nvidia put in the image")
-        return found
+            lines.append("GPUs: the driver libraries ch-fromhost --nvidia put in the image")
+        return lines
 
     def image_file(self, image: str) -> str | None:
         return None

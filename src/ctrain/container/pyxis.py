@@ -123,17 +123,17 @@ class Pyxis:
         return self
 
     def notes(self, spec: RunSpec) -> list[str]:
-        found = [
+        lines = [
             "pyxis: a new srun step; enroot makes the container on each node, "
             "in the places the site's enroot.conf names (pyxis does not pass the job's "
             "ENROOT_CACHE_PATH, ENROOT_DATA_PATH, ENROOT_RUNTIME_PATH)"
         ]
         image = enroot_image(spec.image, spec.cwd)
         if image != spec.image:
-            found.append(f"image {spec.image} given as {image}, enroot's form")
+            lines.append(f"image {spec.image} given as {image}, enroot's form")
         if spec.nv:
-            found.append("--nv: the GPUs of the step, through enroot's NVIDIA hook")
-        return found
+            lines.append("--nv: the GPUs of the step, through enroot's NVIDIA hook")
+        return lines
 
     def image_file(self, image: str) -> str | None:
         """The squashfs file an image names, or None for a registry image."""

@@ -52,10 +52,10 @@ DURATION_FIX = "write a number and a unit: 30d, 12h, 2w, 90m or 45s"
 
 def parse_duration(text: str) -> int:
     """Seconds in ``30d``, ``12h``, ``2w``, ``90m``, ``45s``."""
-    found = _DURATION.match(text.strip().lower())
-    if not found:
+    duration = _DURATION.match(text.strip().lower())
+    if not duration:
         raise ConfigError(f"--older-than {text!r} is not a duration", DURATION_FIX)
-    return int(found.group(1)) * _UNITS[found.group(2)]
+    return int(duration.group(1)) * _UNITS[duration.group(2)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,14 +110,14 @@ def top_entries(root: Path) -> list[Entry]:
 
 def sidecars(root: Path) -> list[tuple[Path, Sidecar]]:
     """Records of pulled images: ``images/*.json`` and ``docker/*.json``."""
-    found = []
+    records = []
     for sub in (IMAGES_DIR, ENGINE_DIR):
         with contextlib.suppress(OSError):
             for path in sorted((root / sub).glob("*.json")):
                 sidecar = read_sidecar(path)
                 if sidecar is not None:
-                    found.append((path, sidecar))
-    return found
+                    records.append((path, sidecar))
+    return records
 
 
 def info(choice: CacheChoice) -> dict[str, Any]:

@@ -175,13 +175,13 @@ def push(client: APIClient, ref: str, environ: Mapping[str, str], on_event: OnEv
     with _answered("push", ref, environ):
         stream = client.push(repository, tag=name, stream=True, decode=True)
         said = _follow(stream, "push", ref, on_event)
-    found = [word for word in said.split() if word.startswith("sha256:")]
-    if not found:
+    digests = [word for word in said.split() if word.startswith("sha256:")]
+    if not digests:
         raise ExternalToolError(
             f"docker push {ref} ended without a digest ({said.strip() or 'no answer'})",
             "push it again; check the registry's log if it keeps failing",
         )
-    return found[-1]
+    return digests[-1]
 
 
 def _follow(stream: Iterator[Any], action: str, ref: str, on_event: OnEvent) -> str:

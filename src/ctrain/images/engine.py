@@ -73,8 +73,8 @@ def pick_digest(ref: str, repo_digests: Sequence[str]) -> str | None:
 
 def pulled_digest(ref: str, image: EngineImage, pull_stdout: str) -> str | None:
     """The digest of a pulled image: from its RepoDigests, else the pull's ``Digest:`` line."""
-    found = _DIGEST_LINE.search(pull_stdout)
-    return pick_digest(ref, image.repo_digests) or (found.group(1) if found else None)
+    digest_line = _DIGEST_LINE.search(pull_stdout)
+    return pick_digest(ref, image.repo_digests) or (digest_line.group(1) if digest_line else None)
 
 
 def engine_pull_status(stdout: str) -> PullStatus:

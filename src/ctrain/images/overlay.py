@@ -49,10 +49,10 @@ _COUNT = re.compile(r"(\d+(?:\.\d+)?)\s*([km]?)\Z", re.IGNORECASE)
 def parse_size(text: str) -> int:
     """Bytes in ``15G``, ``512M``, ``1.5T``, ``800MiB``, ``1024`` (MiB), rounded up to MiB.
     Malformed, below 64 MiB or above 16 TiB: a ConfigError."""
-    found = _SIZE.match(text.strip())
-    if not found:
+    amount = _SIZE.match(text.strip())
+    if not amount:
         raise ConfigError(f"--size {text!r} is not a size", SIZE_FIX)
-    number, unit = found.groups()
+    number, unit = amount.groups()
     size = math.ceil(float(number) * _UNITS[unit.lower()] / MIB) * MIB
     if size < MIN_SIZE:
         raise ConfigError(f"--size {text} is below the minimum of 64M", "give at least --size 64M")
@@ -63,10 +63,10 @@ def parse_size(text: str) -> int:
 
 def parse_inodes(text: str) -> int:
     """An inode count: ``500K`` (thousands), ``2M`` (millions) or a number; at least 64."""
-    found = _COUNT.match(text.strip())
-    if not found:
+    amount = _COUNT.match(text.strip())
+    if not amount:
         raise ConfigError(f"--inodes {text!r} is not a count", "write it like 500K, 2M or 100000")
-    number, unit = found.groups()
+    number, unit = amount.groups()
     count = int(float(number) * {"": 1, "k": 1000, "m": 1000**2}[unit.lower()])
     if count < MIN_INODES:
         raise ConfigError(

@@ -32,13 +32,13 @@ STORES: dict[str, Store] = {
 
 def store_of(runtime: str) -> Store:
     """The store of ``runtime``, or a ConfigError naming every runtime that pulls."""
-    found = STORES.get(runtime)
-    if found is None:
+    store = STORES.get(runtime)
+    if store is None:
         raise ConfigError(
             f"the {runtime} runtime has no images to pull",
             f"choose --runtime: one of {', '.join(STORES)}",
         )
-    return found
+    return store
 
 
 def plan(asked: PullAsk) -> PullPlan:

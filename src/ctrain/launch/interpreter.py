@@ -38,8 +38,8 @@ class Holds:
     modules: tuple[tuple[str, str | None], ...]
 
     def lines(self) -> list[str]:
-        found = ", ".join(f"{name} {version or 'missing'}" for name, version in self.modules)
-        return [f"python {self.python}", f"ctrain {self.ctrain}", f"holds {found}"]
+        held = ", ".join(f"{name} {version or 'missing'}" for name, version in self.modules)
+        return [f"python {self.python}", f"ctrain {self.ctrain}", f"holds {held}"]
 
     def explain(self) -> dict[str, object]:
         return {"python": self.python, "ctrain": self.ctrain, "holds": dict(self.modules)}

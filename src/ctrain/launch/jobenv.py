@@ -121,8 +121,8 @@ def _first(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, str] 
 
 
 def _first_name(environ: Mapping[str, str], names: Sequence[str]) -> str | None:
-    found = _first(environ, names)
-    return found[0] if found else None
+    pair = _first(environ, names)
+    return pair[0] if pair else None
 
 
 def _int(environ: Mapping[str, str], name: str | None) -> int | None:

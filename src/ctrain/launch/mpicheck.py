@@ -64,8 +64,8 @@ class Verdict(NamedTuple):
 
 def release(text: str | None) -> tuple[int, int] | None:
     """(major, minor) of a release such as ``4.2.2rc2``, ``1:4.1.4-3``, ``5.0`` or ``3``."""
-    found = re.match(r"(?:\d+:)?(\d+)(?:\.(\d+))?", text or "")
-    return (int(found.group(1)), int(found.group(2) or 0)) if found else None
+    numbers = re.match(r"(?:\d+:)?(\d+)(?:\.(\d+))?", text or "")
+    return (int(numbers.group(1)), int(numbers.group(2) or 0)) if numbers else None
 
 
 def _order(suffix: str) -> int:
@@ -73,8 +73,8 @@ def _order(suffix: str) -> int:
 
 
 def offered(environ: Mapping[str, str]) -> tuple[str, ...]:
-    found = {m.group(1) for m in map(_URI.fullmatch, environ) if m and environ[m.group(0)]}
-    return tuple(sorted(found, key=_order))
+    suffixes = {m.group(1) for m in map(_URI.fullmatch, environ) if m and environ[m.group(0)]}
+    return tuple(sorted(suffixes, key=_order))
 
 
 def client_protocols(pmix: str) -> tuple[str, ...]:
@@ -203,12 +203,12 @@ def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bo
     if why_not:
         return Verdict(PROCEED, False, f"not checked: {why_not}")
     launcher = launcher_of(environ)
-    found = [check_pmix(launcher, image)]
+    findings = [check_pmix(launcher, image)]
     if launcher.family in ("orte", "prrte"):
-        found.insert(0, check_openmpi(launcher, image))  # shown first at equal severity
-    worst = max(found, key=lambda v: (_SEVERITY[v.status], v.checked))
+        findings.insert(0, check_openmpi(launcher, image))  # shown first at equal severity
+    worst = max(findings, key=lambda v: (_SEVERITY[v.status], v.checked))
     if worst.status != PROCEED:
         return worst
-    checked = [v for v in found if v.checked]
-    message = "; ".join(v.message for v in (checked or found))
+    checked = [v for v in findings if v.checked]
+    message = "; ".join(v.message for v in (checked or findings))
     return Verdict(PROCEED, bool(checked), message)

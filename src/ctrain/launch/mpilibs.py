@@ -51,15 +51,15 @@ def upstream(version: str) -> str:
 
 def from_dpkg(status: str) -> dict[str, str]:
     """The installed libopenmpiN and libpmixN packages' upstream versions in dpkg's status."""
-    found: dict[str, str] = {}
+    versions: dict[str, str] = {}
     for paragraph in status.split("\n\n"):
         fields = dict(re.findall(r"^([\w-]+): *(.*)$", paragraph, re.M))
         if not fields.get("Status", "").endswith(" installed"):
             continue
         for what, pattern in _PACKAGES.items():
             if pattern.fullmatch(fields.get("Package", "")) and "Version" in fields:
-                found.setdefault(what, upstream(fields["Version"]))
-    return found
+                versions.setdefault(what, upstream(fields["Version"]))
+    return versions
 
 
 def _series(age: int, table: tuple[tuple[int, str], ...]) -> str | None:
@@ -69,7 +69,7 @@ def _series(age: int, table: tuple[tuple[int, str], ...]) -> str | None:
 
 def from_libraries(names: Iterable[str]) -> dict[str, str]:
     """The release series of libmpi.so.40.AGE.REV and libpmix.so.2.AGE.REV file names."""
-    found: dict[str, str] = {}
+    releases: dict[str, str] = {}
     for name in names:
         mpi = re.fullmatch(r"libmpi\.so\.40\.(\d+)\.\d+", name)
         pmix = re.fullmatch(r"libpmix\.so\.2\.(\d+)\.\d+", name)
@@ -79,8 +79,8 @@ def from_libraries(names: Iterable[str]) -> dict[str, str]:
         elif pmix:
             series = _series(int(pmix.group(1)), PMIX_AGES)
         if series:
-            found.setdefault("openmpi" if mpi else "pmix", series)
-    return found
+            releases.setdefault("openmpi" if mpi else "pmix", series)
+    return releases
 
 
 def library_names(root: Path, environ: Mapping[str, str]) -> list[str]:
@@ -107,9 +107,9 @@ def image_mpi(environ: Mapping[str, str], root: Path = Path("/")) -> ImageMpi:
     packaged = from_dpkg(status)
     if packaged:
         return ImageMpi(packaged.get("openmpi"), packaged.get("pmix"), "dpkg")
-    found = from_libraries(library_names(root, environ))
-    if found:
-        return ImageMpi(found.get("openmpi"), found.get("pmix"), "libraries")
+    libraries = from_libraries(library_names(root, environ))
+    if libraries:
+        return ImageMpi(libraries.get("openmpi"), libraries.get("pmix"), "libraries")
     return ImageMpi()
 
 
@@ -137,9 +137,13 @@ def doctor_check(environ: Mapping[str, str]) -> Check:
     here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gloo = on_gloo(Mode.HOROVOD, job, job.mpi.size or 1)
-    found = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
+    mpi_verdict = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
     status: Status = (
-        "PASS" if found.status == PROCEED else "WARN" if found.status == WARN else "FAIL"
+        "PASS"
+        if mpi_verdict.status == PROCEED
+        else "WARN"
+        if mpi_verdict.status == WARN
+        else "FAIL"
     )
-    detail = found.message if found.checked else f"{here}; {found.message}"
-    return Check("mpi-match", status, detail, found.fix)
+    detail = mpi_verdict.message if mpi_verdict.checked else f"{here}; {mpi_verdict.message}"
+    return Check("mpi-match", status, detail, mpi_verdict.fix)

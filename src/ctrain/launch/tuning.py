@@ -75,10 +75,10 @@ def defaults(
     """Every default this rank would get, by variable: (value, reason). MPI yields when the
     node's ranks times their op threads (the user's TF_NUM_INTRAOP_THREADS, else ctrain's)
     reach its CPUs."""
-    found = rank_threads(environ, cpus_per_task, cpus, local_size)
-    if found is None:
+    op_threads = rank_threads(environ, cpus_per_task, cpus, local_size)
+    if op_threads is None:
         return {}
-    threads, source = found
+    threads, source = op_threads
     chosen = _thread_defaults(threads, source)
     mine = str(environ.get(INTRAOP)).strip()
     running = int(mine) if mine.isdigit() and int(mine) > 0 else threads
@@ -102,12 +102,12 @@ def tune(
     """The tuned variables of this rank, by name; those already in ``environ`` are kept."""
     if choice == TUNE_OFF:
         return ()
-    found = defaults(environ, mode, local_size, cpus_per_task, cpus)
+    chosen = defaults(environ, mode, local_size, cpus_per_task, cpus)
     return tuple(
         Tuned(name, environ[name], "kept (set by you)", kept=True)
         if name in environ
         else Tuned(name, value, reason)
-        for name, (value, reason) in sorted(found.items())
+        for name, (value, reason) in sorted(chosen.items())
     )
 
 

@@ -79,17 +79,19 @@ def env_problems(env: Mapping[str, str], devices: tuple[Device, ...]) -> list[tu
     active = tuple(d.name for d in devices if d.active)
     if not active:
         return []
-    found = []
+    problems = []
     if _flag_on(env.get("NCCL_IB_DISABLE")):
         why = f"NCCL_IB_DISABLE={env['NCCL_IB_DISABLE']} turns InfiniBand/RoCE off"
-        found.append((why, "unset NCCL_IB_DISABLE (or set it to 0)"))
+        problems.append((why, "unset NCCL_IB_DISABLE (or set it to 0)"))
     net = env.get("NCCL_NET", "").strip()
     if net and net.lower() != "ib":
-        found.append((f"NCCL_NET={net} asks for another network", "unset NCCL_NET"))
+        problems.append((f"NCCL_NET={net} asks for another network", "unset NCCL_NET"))
     hca = env.get("NCCL_IB_HCA", "")
     if hca.strip() and (why := ib_hca_problem(hca, active)):
-        found.append((why, f"set NCCL_IB_HCA to active devices ({','.join(active)}) or unset it"))
-    return found
+        problems.append(
+            (why, f"set NCCL_IB_HCA to active devices ({','.join(active)}) or unset it")
+        )
+    return problems
 
 
 def check_host(facts: Facts) -> Check:

@@ -60,12 +60,12 @@ def gather(
     environ: Mapping[str, str], sys_root: str = "/sys", root: str = "/", gpus: int | None = None
 ) -> advice.Facts:
     """Every fact of the check on this machine (``gpus`` None: asked of nvidia-smi)."""
-    found = count_gpus(environ) if gpus is None else gpus
+    gpu_count = count_gpus(environ) if gpus is None else gpus
     env = {name: environ[name] for name in advice.NCCL_VARIABLES if name in environ}
     return advice.Facts(
         devices=rdma.discover(sys_root),
         seen=rdma.visibility(environ, root),
-        nccl=run_probe(environ, found),
+        nccl=run_probe(environ, gpu_count),
         env=env,
     )
 

@@ -74,11 +74,13 @@ class NcclLine(NamedTuple):
 
 def parse_line(line: str) -> NcclLine | None:
     """One NCCL INFO or WARN line, or None for anything else."""
-    found = _PREFIX.search(line)
-    if found is None:
+    fields = _PREFIX.search(line)
+    if fields is None:
         return None
-    pid = int(found.group("pid"))
-    return NcclLine(found.group("host"), pid, found.group("info") is not None, found.group("msg"))
+    pid = int(fields.group("pid"))
+    return NcclLine(
+        fields.group("host"), pid, fields.group("info") is not None, fields.group("msg")
+    )
 
 
 class RankReport(NamedTuple):
@@ -165,22 +167,22 @@ class _Seen:
 
 def _take(seen: _Seen, msg: str) -> None:
     """One INFO message into what the process has said."""
-    if (found := _VERSION.match(msg)) and not seen.version:
-        seen.version = found.group(1)
-    elif (found := _NETWORK.match(msg)) and not seen.network:
-        seen.network = found.group(1).strip()
-    elif (found := _COMM.match(msg)) and seen.rank is None:
-        seen.rank, seen.nranks, seen.nnodes = (int(g) for g in found.groups())
-    elif found := _CHANNEL.match(msg):
-        via = found.group("via").strip()
+    if (said := _VERSION.match(msg)) and not seen.version:
+        seen.version = said.group(1)
+    elif (said := _NETWORK.match(msg)) and not seen.network:
+        seen.network = said.group(1).strip()
+    elif (said := _COMM.match(msg)) and seen.rank is None:
+        seen.rank, seen.nranks, seen.nnodes = (int(g) for g in said.groups())
+    elif said := _CHANNEL.match(msg):
+        via = said.group("via").strip()
         seen.transports.add(transport_kind(via))
         seen.gdr = seen.gdr or "/GDRDMA" in via
-    elif found := _IB_USING.match(msg):
-        seen.ib_devices.extend(_IB_DEVICE.findall(found.group(1)))
+    elif said := _IB_USING.match(msg):
+        seen.ib_devices.extend(_IB_DEVICE.findall(said.group(1)))
     elif msg.startswith("NET/IB") and "No device found" in msg:
         seen.ib_none = True
-    elif found := _SOCKET_USING.match(msg):
-        seen.sockets.extend(_SOCKET_IF.findall(found.group(1)))
+    elif said := _SOCKET_USING.match(msg):
+        seen.sockets.extend(_SOCKET_IF.findall(said.group(1)))
     elif _NO_VERBS.match(msg):
         seen.no_verbs = True
     elif _PLUGIN.search(msg):

@@ -118,9 +118,9 @@ def read_port(directory: Path) -> Port:
 
 def _netdevs(device: Path) -> tuple[str, ...]:
     """The device's interfaces: ``device/net/*``, else the names in ``gid_attrs/ndevs/*``."""
-    found = _names(device / "device" / "net")
-    if found:
-        return found
+    interfaces = _names(device / "device" / "net")
+    if interfaces:
+        return interfaces
     names = {
         _read(entry)
         for port in _names(device / "ports")

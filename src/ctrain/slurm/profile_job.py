@@ -23,4 +23,4 @@ def render(text: str, steps: str) -> str:
         "# time went; the traces are in ./ctrain-profile/jobJOBID.STEP (docs/profiling.md).\n"
         f"export CTRAIN_PROFILE={steps}"
     )
-    return _MODE.sub(lambda found: f"{found.group(0)}\n{added}", text)
+    return _MODE.sub(lambda mode_line: f"{mode_line.group(0)}\n{added}", text)

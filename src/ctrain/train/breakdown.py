@@ -158,7 +158,7 @@ def read_horovod_timeline(text: str) -> list[Interval]:
         body += "]"
     events = json.loads(body) if body else []
     open_at: dict[tuple[object, object], list[float]] = {}
-    found: list[Interval] = []
+    intervals: list[Interval] = []
     base = 0.0
     for event in events:
         if not isinstance(event, dict):
@@ -173,14 +173,14 @@ def read_horovod_timeline(text: str) -> list[Interval]:
         if event["ph"] == "B":
             open_at.setdefault(key, []).append(ts)
         elif open_at.get(key):
-            found.append((open_at[key].pop(), ts))
-    return union(found)
+            intervals.append((open_at[key].pop(), ts))
+    return union(intervals)
 
 
 def latest_xplane(rank_dir: Path) -> Path | None:
     """The newest trace TensorFlow wrote under a rank's directory."""
-    found = sorted(rank_dir.glob("plugins/profile/*/*.xplane.pb"))
-    return found[-1] if found else None
+    traces = sorted(rank_dir.glob("plugins/profile/*/*.xplane.pb"))
+    return traces[-1] if traces else None
 
 
 def table(

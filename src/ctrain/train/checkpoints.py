@@ -172,20 +172,20 @@ def complete(directory: str | os.PathLike[str]) -> list[Found]:
     base = Path(directory)
     if not base.is_dir():
         return []
-    found = []
+    checkpoints = []
     for path in base.iterdir():
         if not _NAME.match(path.name) or not path.is_dir():
             continue
         manifest = read_manifest(path)
         if manifest is not None:
-            found.append(Found(path, manifest))
-    return sorted(found, key=lambda f: (f.manifest.epoch, f.manifest.step))
+            checkpoints.append(Found(path, manifest))
+    return sorted(checkpoints, key=lambda f: (f.manifest.epoch, f.manifest.step))
 
 
 def latest(directory: str | os.PathLike[str]) -> Found | None:
     """The latest complete checkpoint in ``directory``, or None."""
-    found = complete(directory)
-    return found[-1] if found else None
+    checkpoints = complete(directory)
+    return checkpoints[-1] if checkpoints else None
 
 
 def check(found: Found, expected: Fingerprint) -> None:

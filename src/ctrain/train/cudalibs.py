@@ -79,13 +79,13 @@ def tensorflow_run_paths() -> list[str]:
     spec = importlib.util.find_spec("tensorflow")
     if spec is None or not spec.submodule_search_locations:
         return []
-    found: list[str] = []
+    paths: list[str] = []
     for location in spec.submodule_search_locations:
         for name in CALLERS:
             library = Path(location, name)
             if library.is_file():
-                found += [d for d in run_paths(library) if d not in set(found)]
-    return found
+                paths += [d for d in run_paths(library) if d not in set(paths)]
+    return paths
 
 
 def _loaded_path(name: str) -> str:

@@ -277,9 +277,9 @@ def _clear(target: Path, overwrite: bool) -> None:
 
 
 def _store(
-    folder: Path, found: Folder, name: str, version: str, channels: int | None, directory: Path
+    folder: Path, scanned: Folder, name: str, version: str, channels: int | None, directory: Path
 ) -> None:
-    """Write ``found``'s images as the TFDS dataset ``name`` ``version`` into ``directory``."""
+    """Write ``scanned``'s images as the TFDS dataset ``name`` ``version`` into ``directory``."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
@@ -287,14 +287,14 @@ def _store(
         return tf.io.decode_image(path.read_bytes(), channels=wanted, expand_animations=False)
 
     if channels is None:
-        first = next(iter(found.splits.values()))[0][0]
+        first = next(iter(scanned.splits.values()))[0][0]
         channels = int(decode(first, 0).shape[-1])
     depth = channels
 
     features = tfds.features.FeaturesDict(
         {
             "image": tfds.features.Image(shape=(None, None, depth)),
-            "label": tfds.features.ClassLabel(names=list(found.classes)),
+            "label": tfds.features.ClassLabel(names=list(scanned.classes)),
             "filename": tfds.features.Text(),
         }
     )
@@ -310,7 +310,7 @@ def _store(
         name=name,
         version=version,
         features=features,
-        split_datasets={split: examples(items) for split, items in found.splits.items()},
+        split_datasets={split: examples(items) for split, items in scanned.splits.items()},
         data_dir=str(directory),
         description=f"Imported by ctrain from the image folder {folder}",
     )
@@ -328,9 +328,9 @@ def import_folder(
     ``image`` (uint8, ``channels`` channels, PNG), ``label`` (the class directories, sorted) and
     ``filename`` (relative to the folder). Returns the prepared directory."""
     _check_import(name, version, channels)
-    found = scan_folder(folder)
+    scanned = scan_folder(folder)
     _clear(directory / name / version, overwrite)
-    _store(folder, found, name, version, channels, directory)
+    _store(folder, scanned, name, version, channels, directory)
     return prepared_dir(f"{name}:{version}", directory)
 
 

@@ -51,8 +51,8 @@ def faults(build_source: str, reduce_source: str) -> tuple[bool, bool]:
 
 def keras_version(text: str) -> tuple[int, int]:
     """(major, minor) of a version string such as ``3.15.1`` or ``3.9.0.dev2025``."""
-    found = re.match(r"(\d+)\.(\d+)", text)
-    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+    major_minor = re.match(r"(\d+)\.(\d+)", text)
+    return (int(major_minor.group(1)), int(major_minor.group(2))) if major_minor else (0, 0)
 
 
 def refusal(steps_per_execution: int, jit_compile: bool, gpus: int) -> LaunchError | None:

@@ -135,7 +135,7 @@ class Profiler:
 
     def report(self, times: list[breakdown.RankTime], last: int) -> str:
         """The chief's table, from every rank's timing and its own trace."""
-        found = None
+        shares = None
         where = self.run / f"rank-{self.rank}"
         xplane = breakdown.latest_xplane(where) if self.trace else None
         collectives_of = "all-reduce"
@@ -149,9 +149,9 @@ class Profiler:
                 collectives_of = "Horovod negotiation and all-reduce"
             elif self.mode is Mode.MULTIWORKER:
                 collectives_of = "all-reduce (MultiWorkerMirroredStrategy)"
-            found = breakdown.shares(trace.window, trace.inputs, collectives)
+            shares = breakdown.shares(trace.window, trace.inputs, collectives)
         steps_text = f"{self.window}" if last == self.window.last else f"{self.window.first}-{last}"
-        text = breakdown.table(steps_text, times, self.size, found, collectives_of, str(self.run))
+        text = breakdown.table(steps_text, times, self.size, shares, collectives_of, str(self.run))
         if self.tools.timeline_note:
             text += f"\n  no Horovod timeline: {self.tools.timeline_note}"
         return text
@@ -171,14 +171,14 @@ class Profiler:
 def rank_times(folder: Path, size: int, deadline: float) -> list[breakdown.RankTime]:
     """Every rank's timing as they arrive, until all ``size`` are there or ``deadline``."""
     while True:
-        found = []
+        times = []
         for path in sorted(folder.glob("rank-*.json")):
             try:
-                found.append(breakdown.RankTime(**json.loads(path.read_text(encoding="utf-8"))))
+                times.append(breakdown.RankTime(**json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError, TypeError):
                 continue
-        if len(found) >= size or time.monotonic() > deadline:
-            return sorted(found)
+        if len(times) >= size or time.monotonic() > deadline:
+            return sorted(times)
         time.sleep(0.1)
 
 

@@ -12,13 +12,13 @@ import sys
 
 def installed(names: list[str]) -> dict[str, str]:
     """The version of each distribution of ``names`` that is installed."""
-    found = {}
+    versions = {}
     for name in names:
         try:
-            found[name] = importlib.metadata.version(name)
+            versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return found
+    return versions
 
 
 def main(argv: list[str] | None = None) -> int:

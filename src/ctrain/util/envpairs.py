@@ -21,11 +21,11 @@ def parse_env_pair(text: str, where: str = "--env") -> tuple[str, str]:
 
 def parse_env_file(text: str, name: str) -> dict[str, str]:
     """``NAME=VALUE`` lines; blank lines and ``#`` comments skipped."""
-    found: dict[str, str] = {}
+    pairs: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         key, value = parse_env_pair(stripped.removeprefix("export "), f"{name}:{number}:")
-        found[key] = value
-    return found
+        pairs[key] = value
+    return pairs

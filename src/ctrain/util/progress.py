@@ -84,9 +84,9 @@ def build_event(line: str) -> Event | None:
     """A build step starting (``Step 3/7 : RUN ...``, podman's ``STEP 3/7: ...``, BuildKit's
     ``#6 [2/5] RUN ...``); None for every other line."""
     for pattern in _STEPS:
-        found = pattern.match(line.rstrip("\n"))
-        if found:
-            number, steps, text = found.groups()
+        step_line = pattern.match(line.rstrip("\n"))
+        if step_line:
+            number, steps, text = step_line.groups()
             return Event(number, "step", int(number), int(steps), " ".join(text.split()))
     return None
 

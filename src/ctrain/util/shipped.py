@@ -16,10 +16,10 @@ from ctrain.errors import CtrainError
 
 def shipped_dir(name: str) -> Path:
     """The directory ``name`` (``jobs``, ``examples``) inside the installed ctrain package."""
-    found = resources.files("ctrain").joinpath(name)
-    if not isinstance(found, Path) or not found.is_dir():
+    packaged = resources.files("ctrain").joinpath(name)
+    if not isinstance(packaged, Path) or not packaged.is_dir():
         raise CtrainError(
-            f"ctrain's {name}/ is not installed beside its code ({found})",
+            f"ctrain's {name}/ is not installed beside its code ({packaged})",
             "reinstall ctrain (pip install --force-reinstall ctrain-hpc, or make install)",
         )
-    return found
+    return packaged
