@@ -44,9 +44,9 @@ from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 def prepare_environ(environ: MutableMapping[str, str], script: str | None = None) -> Launched:
     """Make the launch plan here when the script was started without ``ctrain launch``;
     ``script``, the training script, decides the Keras as ``ctrain launch`` would."""
-    found = Launched.from_env(environ)
-    if found is not None:
-        return found
+    launched = Launched.from_env(environ)
+    if launched is not None:
+        return launched
     job = JobEnv.from_environ(environ, os.uname().nodename)
     from ctrain.launch.gpus import visible_gpus
 
@@ -156,18 +156,18 @@ class Context:
         learning-rate warm-up from lr/replicas to lr over ``warmup_epochs``."""
         from ctrain.train import callbacks
 
-        found: list[Any] = []
+        chosen: list[Any] = []
         if self.hvd is not None:
             if self.keras3:
                 from ctrain.train.keras3_callbacks import BroadcastInitialWeights
 
-                found.append(BroadcastInitialWeights(self.hvd))
+                chosen.append(BroadcastInitialWeights(self.hvd))
             else:
-                found.append(callbacks.BroadcastInitialWeights(self.hvd))
-            found.append(callbacks.AverageMetrics(self.hvd))
+                chosen.append(callbacks.BroadcastInitialWeights(self.hvd))
+            chosen.append(callbacks.AverageMetrics(self.hvd))
         if warmup_epochs > 0 and self.replicas > 1:
-            found.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
-        return found
+            chosen.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
+        return chosen
 
     def checkpoint_dir(self, path: str | os.PathLike[str]) -> Path:
         """``path`` on the chief; a private temporary directory, removed at exit, elsewhere
@@ -200,9 +200,9 @@ class Context:
         """
         from ctrain.train import preemption
 
-        epoch, step, found = preemption.resume(self, model, path, config, restore_lr)
+        epoch, step, resumed_from = preemption.resume(self, model, path, config, restore_lr)
         self._preemption["resumed"] = (epoch, step)
-        self._preemption["from"] = found
+        self._preemption["from"] = resumed_from
         return epoch
 
     def preemption_callbacks(
@@ -250,14 +250,14 @@ class Context:
             raise ConfigError(
                 f"ctx.profile({steps!r}, {ranks!r}): {exc}", "correct the call"
             ) from exc
-        found = step_hooks.armed()
-        if found is not None:
-            if found.profiler.started is not None or found.profiler.done:
+        hooks = step_hooks.armed()
+        if hooks is not None:
+            if hooks.profiler.started is not None or hooks.profiler.done:
                 raise ConfigError(
                     f"ctx.profile({steps!r}) after the traced window began",
                     "call it before training",
                 )
-            found.profiler.window = window
+            hooks.profiler.window = window
             return
         decided = profiled(
             window,

@@ -146,27 +146,27 @@ def resume(
             "ctx.resume needs a built and compiled model",
             "build the model (give it an Input) and call model.compile before ctx.resume",
         )
-    found = checkpoints.latest(path)
-    if found is None:
+    latest = checkpoints.latest(path)
+    if latest is None:
         return 0, 0, None
-    checkpoints.check(found, checkpoints.fingerprint(checkpoints.describe_model(model), config))
+    checkpoints.check(latest, checkpoints.fingerprint(checkpoints.describe_model(model), config))
     optimizer = model.optimizer
     if hasattr(optimizer, "build"):  # slot variables exist before the restore fills them
         with ctx.scope():
             optimizer.build(model.trainable_variables)
     lr = _learning_rate(optimizer)
     kept = lr.numpy() if hasattr(lr, "assign") and not restore_lr else None
-    status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(found.state))
+    status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(latest.state))
     status.assert_existing_objects_matched()
     if kept is not None:
         lr.assign(kept)  # the script's rate; warm-up and schedules recompute it from the step
-    epoch, step = found.manifest.epoch, found.manifest.step
+    epoch, step = latest.manifest.epoch, latest.manifest.step
     if step > 0:
         _skip_first_steps(model, step)
     if ctx.is_chief:
         where = f"epoch {epoch + 1}, step {step + 1}" if step else f"epoch {epoch + 1}"
-        print(f"ctrain: resuming from {found.path} at {where}", file=sys.stderr, flush=True)
-    return epoch, step, found.path
+        print(f"ctrain: resuming from {latest.path} at {where}", file=sys.stderr, flush=True)
+    return epoch, step, latest.path
 
 
 class Policy(NamedTuple):
