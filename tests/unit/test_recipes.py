@@ -297,6 +297,32 @@ def test_install_requirements_are_the_matrix_pins(tf: str, flavour: str) -> None
     assert f"tensorflow{extras}=={tf}" in done.stdout.split()
 
 
+def test_horovods_runtime_dependencies_have_one_home() -> None:
+    """install.sh horovod-deps is the list: the image's requirements hold it, and make install
+    and scripts/horovod-wheel.sh read it (Horovod's wheel goes in with --no-deps)."""
+    done = subprocess.run(
+        ["bash", str(INSTALL), "horovod-deps"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    deps = done.stdout.split()
+    assert deps == ["cloudpickle", "psutil", "pyyaml", "packaging"]
+    env = {"PATH": "/usr/bin:/bin"} | build_args(ROWS[0].tensorflow, "cpu")
+    required = subprocess.run(
+        ["bash", str(INSTALL), "requirements"], env=env, capture_output=True, text=True, timeout=30
+    ).stdout.split()
+    assert set(deps) <= set(required)
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    wheel_script = (REPO / "scripts" / "horovod-wheel.sh").read_text(encoding="utf-8")
+    assert "$$(docker/install.sh horovod-deps)" in makefile
+    assert '$("$root/docker/install.sh" horovod-deps)' in wheel_script
+    for text in (makefile, wheel_script):
+        assert "cloudpickle" not in text
+
+
 def test_cuda_pins_satisfy_the_installed_tensorflows_and_cuda_extra() -> None:
     """The CUDA wheels of the installed TensorFlow's row are what its and-cuda extra allows."""
     try:
