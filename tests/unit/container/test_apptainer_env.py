@@ -224,5 +224,34 @@ def test_dry_run_lines_show_every_variable_the_runtime_process_gets(tmp_path: Pa
     assert len(lines) == 2 + len(got.added) + 1
 
 
+def test_dry_run_hides_secrets_unless_revealed(tmp_path: Path) -> None:
+    host = {"PATH": "/usr/bin"}
+    pairs = ("HF_TOKEN=hf_abc", "HTTPS_PROXY=http://u:pw@proxy:3128")
+    got = plan(tmp_path, environ=host, env_pairs=pairs)
+    extra = Invocation(
+        got.runtime, got.argv, {**got.env, "APPTAINER_DOCKER_PASSWORD": "s3cret"}, got.added,
+        got.spec, notes=got.notes, carriers=got.carriers,
+    )  # fmt: skip
+    head = [
+        f"/usr/bin/apptainer exec --cleanenv --no-eval {tmp_path / 'img.sif'} true",
+        "  note apptainer version 1.4.5: container variables as APPTAINERENV_NAME, "
+        "values verbatim (--no-eval)",
+    ]
+    assert describe(extra, host) == [
+        *head,
+        "  env HF_TOKEN='<hidden>'",
+        "  env HTTPS_PROXY='http://u:<hidden>@proxy:3128'",
+        "  env PYTHONNOUSERSITE=1",
+        "  runtime env APPTAINER_DOCKER_PASSWORD='<hidden>'",
+    ]
+    assert describe(extra, host, reveal=True) == [
+        *head,
+        "  env HF_TOKEN=hf_abc",
+        "  env HTTPS_PROXY=http://u:pw@proxy:3128",
+        "  env PYTHONNOUSERSITE=1",
+        "  runtime env APPTAINER_DOCKER_PASSWORD=s3cret",
+    ]
+
+
 def test_needs_names_the_first_releases_of_a_feature() -> None:
     assert needs("--build-arg") == "Apptainer >= 1.2 or SingularityCE >= 4.0"

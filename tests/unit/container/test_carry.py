@@ -102,7 +102,18 @@ def test_which_execs_carry_the_launcher(
     joined = " ".join(got.argv)
     assert ("/opt/ctrain-carried/api/ctrain" in joined) is carried, got.argv
     assert (str(carry.BOOT) in got.argv) is carried
-    assert any(n.startswith("launcher: ctrain from ") for n in got.notes) is carried
+    launcher = (
+        f"launcher: ctrain from {here.package}, carried read-only to /opt/ctrain-carried/api/"
+        "ctrain, run by the image's Python (CTRAIN_IMAGE_PYTHON, else the command's interpreter, "
+        "else python3 on the image's PATH); ctrain exec --explain shows which, and what it holds"
+    )
+    assert (launcher in got.notes) is carried
+    if runtime == "apptainer":  # after the runtime's own notes
+        assert list(got.notes) == [
+            "apptainer version 1.4.5: container variables as APPTAINERENV_NAME, values verbatim "
+            "(--no-eval)",
+            *([launcher] if carried else []),
+        ]
     if carried:
         # docker and podman: --entrypoint /bin/sh IMAGE BOOT ...
         assert got.argv[-4:] == [str(carry.BOOT), "--", "python", "t.py"] and "/bin/sh" in got.argv
@@ -283,7 +294,7 @@ def test_explain_and_no_launch_exclude_each_other(tmp_path: Path) -> None:
     request = Request(
         "apptainer", "exec", str(image), ("python", "t.py"), launch=False, explain=True
     )
-    with pytest.raises(SpecError, match="--explain asks ctrain launch for its plan"):
+    with pytest.raises(SpecError) as refused:
         plan_invocation(
             request,
             {},
@@ -291,6 +302,50 @@ def test_explain_and_no_launch_exclude_each_other(tmp_path: Path) -> None:
             None,
             version_of=lambda p: parse_version("apptainer version 1.4.5", p),
         )
+    assert (refused.value.message, refused.value.fix) == (
+        "--explain asks ctrain launch for its plan, and --no-launch runs none",
+        "drop one of them",
+    )
+
+
+def explained(tmp_path: Path, runtime: str, carried: carry.Carried | None) -> list[str]:
+    image = tmp_path / "img.sif"
+    image.write_bytes(b"")
+    request = Request(
+        runtime, "exec", "" if runtime == "host" else str(image), ("python", "t.py"),
+        explain=True, carried=carried, python="/venv/bin/python",
+    )  # fmt: skip
+    got = plan_invocation(
+        request,
+        {},
+        lambda name: f"/usr/bin/{name}",
+        None,
+        version_of=lambda p: parse_version("apptainer version 1.4.5", p),
+    )
+    return [arg.replace(str(tmp_path), "TMP") for arg in got.argv]
+
+
+def test_explain_reaches_ctrain_launch_on_every_route(tmp_path: Path) -> None:
+    """The host's interpreter, the image's own ctrain, or the carried boot script: each is
+    asked for --explain."""
+    for src in (CARRIED.package, *(d for _, d in CARRIED.deps)):
+        (tmp_path / src.lstrip("/")).mkdir(parents=True)
+    here = carry.Carried(
+        str(tmp_path / "host/site/ctrain"), (("click", str(tmp_path / "host/site/click")),)
+    )
+    apptainer = ["/usr/bin/apptainer", "exec", "--cleanenv", "--no-eval"]
+    assert explained(tmp_path, "host", here) == [
+        "/venv/bin/python", "-m", "ctrain", "launch", "--explain", "--", "python", "t.py",
+    ]  # fmt: skip
+    assert explained(tmp_path, "apptainer", None) == [
+        *apptainer, "TMP/img.sif", "ctrain", "launch", "--explain", "--", "python", "t.py",
+    ]  # fmt: skip
+    assert explained(tmp_path, "apptainer", here) == [
+        *apptainer,
+        "--bind", "TMP/host/site/ctrain:/opt/ctrain-carried/api/ctrain:ro",
+        "--bind", "TMP/host/site/click:/opt/ctrain-carried/lib/click:ro",
+        "TMP/img.sif", "/bin/sh", str(carry.BOOT), "--explain", "--", "python", "t.py",
+    ]  # fmt: skip
 
 
 # ---- what the carried launcher checks of the interpreter ---------------------------------------

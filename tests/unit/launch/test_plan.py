@@ -17,7 +17,7 @@ from ctrain.launch.plan import (
     pin_gpus,
     worker_hosts,
 )
-from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
+from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, port_block, worker_ports
 from ctrain.names import Mode
 from tests.unit.launch.environs import slurm_step
 
@@ -347,3 +347,18 @@ def test_tf_config_follows_slurm_distribution(distribution: str | None) -> None:
 def test_plane_without_its_size_is_refused() -> None:
     with pytest.raises(LaunchError, match="SLURM_DIST_PLANESIZE=None"):
         worker_hosts(("a", "b"), (1, 1), 2, "plane")
+
+
+def test_a_chosen_port_base_in_the_ephemeral_range_is_refused_not_moved() -> None:
+    """Multiworker's ports: a base the user set is kept or refused; the default one is moved."""
+    env, lowered = step(1, 1, 0), Ephemeral(9000, 65000)
+    job = JobEnv.from_environ(env, "gpu-a07")
+    with pytest.raises(LaunchError) as refused:
+        make_plan(job, LaunchOptions(port_base_chosen=True), env, (), ephemeral=lowered)
+    assert (refused.value.message, refused.value.fix) == (
+        "ports 20000-31999 lie in this node's ephemeral port range 9000-65000 "
+        "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's port",
+        "--port-base 65001 (CTRAIN_PORT_BASE): 512 ports above the range",
+    )
+    moved = make_plan(job, LaunchOptions(), env, (), ephemeral=lowered)
+    assert moved.ports == (65065, 65066, 65065, 65066)

@@ -11,7 +11,12 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.ports import PORT_BLOCK, port_block
 from ctrain.launch.profile import Process
-from ctrain.names import ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE
+from ctrain.names import (
+    ENV_LAUNCH_PROFILE,
+    ENV_LAUNCH_PROFILE_RUN,
+    ENV_LAUNCH_PROFILE_TRACE,
+    Mode,
+)
 from ctrain.settings import resolve
 from tests.unit.launch.environs import hydra_under_srun
 
@@ -68,6 +73,7 @@ def test_gloo_rendezvous_listens_on_the_last_port_of_the_steps_block(
         "hosts": ["cn01", "cn02"],
     }
     assert plan.env_set["HOROVOD_GLOO_RENDEZVOUS_PORT"] == str(port)
+    assert plan.tf_config is None and "TF_CONFIG" not in plan.env_set  # Horovod's, not TF's
 
 
 @pytest.mark.parametrize(
@@ -103,3 +109,25 @@ def test_profile_run_of_one_process_is_named_for_it(process: Process | None, run
     options = LaunchOptions(profile="20-25")
     plan = make_plan(JobEnv.from_environ({}, "h"), options, {}, (), process=process)
     assert tuple(plan.env_set[key] for key in PROFILE_KEYS) == ("20-25", run, "1")
+
+
+HOROVOD_OF_2 = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+
+
+# (the rank's environment, --profile) -> the HOROVOD_TIMELINE ctrain sets (None: none)
+TIMELINES = [
+    (HOROVOD_OF_2, "20-25", "DYNAMIC"),  # started and stopped at the window's edges
+    ({**HOROVOD_OF_2, "HOROVOD_TIMELINE": "/w/t.json"}, "20-25", None),  # the user's kept
+    (HOROVOD_OF_2, None, None),  # no --profile
+    ({}, "20-25", None),  # not Horovod
+]
+
+
+@pytest.mark.parametrize(("env", "profile", "timeline"), TIMELINES)
+def test_profile_starts_horovods_dynamic_timeline(
+    env: dict[str, str], profile: str | None, timeline: str | None
+) -> None:
+    options = LaunchOptions(profile=profile)
+    plan = make_plan(JobEnv.from_environ(env, "h"), options, env, ())
+    assert plan.mode is (Mode.HOROVOD if env else Mode.SINGLE)
+    assert plan.env_set.get("HOROVOD_TIMELINE") == timeline
