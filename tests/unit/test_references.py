@@ -1,12 +1,20 @@
 """references.py: enroot's form of every image reference pyxis and enroot import take, and
-its refusals in full (facts: docs/pyxis-facts.md)."""
+its refusals in full (facts: docs/pyxis-facts.md); a pull's reference checked for each runtime
+(its refusals in full), split at its scheme, and made into a file name."""
 
 from __future__ import annotations
 
 import pytest
 
 from ctrain.errors import SpecError
-from ctrain.references import enroot_image
+from ctrain.references import (
+    check_ref,
+    enroot_image,
+    loopback_registry,
+    safe_name,
+    split_reference,
+)
+from tests.helpers import refusal
 
 
 @pytest.mark.parametrize(
@@ -81,3 +89,91 @@ def test_enroot_image_refusals(image: str, message: str, fix: str) -> None:
 )
 def test_enroot_image_more_forms(given: str, expected: str) -> None:
     assert enroot_image(given, "/w") == expected
+
+
+NO_REF = (
+    "no image reference given",
+    "name one (ctrain pull docker://REPO:TAG) or set CTRAIN_IMAGE",
+)
+SPACED = "image reference {!r} contains spaces or control characters"
+SPACES = "give the reference as the registry shows it, without spaces"
+PULLED = (
+    "docker://, docker-daemon://, docker-archive://, oci-archive://, oras://, library://, shub://, "
+    "http://, https://"
+)
+OTHERS = (
+    "docker-daemon:, docker-archive:, oci-archive:, oras://, library://, shub://, http://, https://"
+)
+ENGINE_FORM = "write it as REPO[:TAG][@sha256:DIGEST]"
+
+
+@pytest.mark.parametrize(
+    ("ref", "runtime", "message", "fix"),
+    [
+        ("", "apptainer", *NO_REF),
+        (" \t", "docker", *NO_REF),
+        ("docker://a b", "apptainer", SPACED.format("docker://a b"), SPACES),
+        # a path with spaces is an archive's, for apptainer alone: docker takes no archive
+        ("docker-archive:a b.tar", "docker", SPACED.format("docker-archive:a b.tar"), SPACES),
+        (
+            "ghcr.io/a/b:1",
+            "apptainer",
+            "image reference 'ghcr.io/a/b:1' has no scheme",
+            f"write docker://ghcr.io/a/b:1 (or another scheme: {OTHERS})",
+        ),
+        ("ftp://x/y", "singularity", "singularity cannot pull 'ftp://x/y'", f"use one of {PULLED}"),
+        (
+            "oras://r/x://y",  # the scheme is what precedes the first ://
+            "docker",
+            "docker pulls registry images, not oras:// references (oras://r/x://y)",
+            "use --runtime apptainer for it, or give REPO:TAG",
+        ),
+        ("-rm", "podman", "'-rm' is not a podman image reference", ENGINE_FORM),
+    ],
+)
+def test_check_ref_refusals(ref: str, runtime: str, message: str, fix: str) -> None:
+    assert refusal(lambda: check_ref(ref, runtime)) == (message, fix)
+
+
+@pytest.mark.parametrize(
+    ("reference", "split"),
+    [
+        ("docker://a/b:1", ("docker", "a/b:1")),
+        ("https://h/i.sif?from=docker://x", ("https", "h/i.sif?from=docker://x")),
+        ("docker-daemon:a:1", ("docker-daemon", "a:1")),
+        ("docker:a/b:1", None),  # one colon: the archive and daemon schemes alone
+        ("a/b:1", None),
+    ],
+)
+def test_split_reference(reference: str, split: tuple[str, str] | None) -> None:
+    assert split_reference(reference) == split
+
+
+@pytest.mark.parametrize(
+    ("reference", "plain_http"),
+    [
+        ("docker://localhost/lab/img:1", True),  # the registry is the first part of the path
+        ("docker://ghcr.io/localhost/img:1", False),
+    ],
+)
+def test_the_registry_is_the_first_part(reference: str, plain_http: bool) -> None:
+    assert loopback_registry(reference) is plain_http
+
+
+LONG = "docker://" + "x" * 113  # docker_ and 113 x: 120 characters
+
+
+@pytest.mark.parametrize(
+    ("ref", "name"),
+    [
+        ("docker://[::1]:5000/a:1", "docker__1_5000_a_1"),  # scheme, _, then the rest's own
+        ("https://h/ctrain/latest/", "https_h_ctrain_latest"),
+        ("oras://ghcr.io/lab/ctrain:LINUX", "oras_ghcr.io_lab_ctrain_LINUX"),
+        ("lab/ctrain:1", "lab_ctrain_1"),
+        ("-._", "image"),  # nothing left
+        (LONG, "docker_" + "x" * 113),
+        (LONG + "y", "docker_" + "x" * 93 + "-a7b88f4f176b"),  # 100, -, sha256's first 12
+    ],
+)
+def test_safe_name(ref: str, name: str) -> None:
+    assert safe_name(ref) == name

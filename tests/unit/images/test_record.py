@@ -8,7 +8,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import locale
+import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +24,14 @@ from ctrain.images import sif_header
 from ctrain.images.record import (
     Sidecar,
     TargetState,
+    archive_ref,
+    archive_stamp,
     decide,
     new_sidecar,
     read_sidecar,
     target_state,
 )
+from tests.helpers import refusal
 
 # The eight int64 fields of the header, in order (sylabs/sif).
 FIELDS = ("created", "modified", "free", "total", "desc_off", "desc_len", "data_off", "data_len")
@@ -260,6 +266,7 @@ def test_sidecar_json_and_back(tmp_path: Path) -> None:
         {"target": []},
         {"size": 1.5},
         {"size": False},
+        {"source_stamp": 5},
     ],
 )
 def test_a_sidecar_with_a_wrong_type_is_not_one(changes: dict[str, object]) -> None:
@@ -297,4 +304,74 @@ def test_a_new_sidecar_is_stamped_now_in_utc_by_this_ctrain() -> None:
     )
     assert new_sidecar("r", "docker", None) == Sidecar(
         "r", "docker", new_sidecar("r", "docker", None).pulled_at, ctrain.__version__
+    )
+    archived = new_sidecar("oci-archive:/a.tar", "apptainer", None, source_stamp="7:8:9")
+    assert archived == Sidecar(
+        "oci-archive:/a.tar", "apptainer", archived.pulled_at, ctrain.__version__,
+        source_stamp="7:8:9",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """The C locale's ASCII as the locale's encoding, for this test only."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    yield
+    locale.setlocale(locale.LC_CTYPE, before)
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_a_sidecar_is_read_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """JSON is UTF-8 (RFC 8259): a sidecar written with the letters themselves (ctrain writes
+    ``\\u00fc``) reads the same under an ASCII locale."""
+    record = Sidecar("docker-archive:/data/ünï.tar", "apptainer", "t", "v", source_stamp="1:2:3")
+    path = tmp_path / "x.sif.json"
+    path.write_bytes(json.dumps(dataclasses.asdict(record), ensure_ascii=False).encode())
+    assert read_sidecar(path) == record
+
+
+def test_check_sif_reads_the_header_alone(tmp_path: Path) -> None:
+    """Not the whole file (gigabytes): a pipe that never ends is answered from its 128 bytes."""
+    reader, writer = os.pipe()
+    os.write(writer, bytes(200))
+    said: list[str | None] = []
+    check = threading.Thread(
+        target=lambda: said.append(sif_header.check_sif(Path(f"/dev/fd/{reader}"))), daemon=True
+    )
+    check.start()
+    check.join(5)
+    answered = not check.is_alive()
+    os.close(writer)  # ends the pipe: a read to its end returns
+    check.join()
+    os.close(reader)
+    assert answered
+    assert said == ["no SIF_MAGIC at byte 32: not a SIF image"]
+
+
+def test_archive_ref(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An archive's path made absolute, with its stamp when it is here; others as they are."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.tar").write_bytes(b"x" * 10)
+    info = (tmp_path / "a.tar").stat()
+    stamp = archive_stamp(10, info.st_mtime_ns, info.st_ino)
+    assert archive_ref("docker-archive://a.tar") == (f"docker-archive:{tmp_path}/a.tar", stamp)
+    assert archive_ref("oci-archive:gone.tar") == (f"oci-archive:{tmp_path}/gone.tar", None)
+    assert archive_ref("docker://a/b:1") == ("docker://a/b:1", None)
+
+
+def test_archive_ref_refusals(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"")
+    assert refusal(lambda: archive_ref(f"docker-archive:{tmp_path}/a:b.tar")) == (
+        f"docker-archive {tmp_path}/a:b.tar: apptainer reads what follows a ':' as an image "
+        "inside the archive",
+        "link the archive under a path without ':' (ln -s) and give that",
+    )
+    assert refusal(lambda: archive_ref(f"oci-archive:{tmp_path}/f/a.tar")) == (
+        f"oci-archive {tmp_path}/f/a.tar: Not a directory",
+        "give a readable archive",
+    )
+    assert refusal(lambda: archive_ref(f"docker-archive:{tmp_path}")) == (
+        f"docker-archive {tmp_path} is not a file",
+        "give the archive file's path",
     )
