@@ -84,16 +84,38 @@ def test_a_damaged_cache_is_passed_over_and_written_anew(tmp_path: Path, content
     assert runs(count) == 1
 
 
-def test_a_recorded_line_that_is_no_version_is_asked_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("line", ["garbage", 145, ["apptainer version 1.4.5"], None])
+def test_a_recorded_line_that_is_no_version_is_asked_again(tmp_path: Path, line: object) -> None:
     path, count = program(tmp_path)
     key = releases.identity(str(path))
     assert key is not None
     cache = tmp_path / "cache" / releases.CACHE_FILE
     cache.parent.mkdir(parents=True)
-    cache.write_text(json.dumps({key[0]: {"file": key[1], "version": "garbage"}}))
+    cache.write_text(json.dumps({key[0]: {"file": key[1], "version": line}}))
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     assert releases.installed_version(str(path), env).number == (1, 4, 5)
     assert runs(count) == 1
+
+
+def test_the_cache_file_is_the_same_whichever_program_was_asked_first(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = program(tmp_path / "a")
+    second, _ = program(tmp_path / "b", "1.3.6")
+    texts = []
+    for order, cache in (((first, second), "one"), ((second, first), "two")):
+        env = {"XDG_CACHE_HOME": str(tmp_path / cache)}
+        for path in order:
+            releases.installed_version(str(path), env)
+        texts.append((tmp_path / cache / releases.CACHE_FILE).read_text())
+    a, b = releases.identity(str(first)), releases.identity(str(second))
+    assert a is not None and b is not None
+    assert texts == 2 * [
+        "{\n"
+        f' "{first}": {{\n  "file": "{a[1]}",\n  "version": "apptainer version 1.4.5"\n }},\n'
+        f' "{second}": {{\n  "file": "{b[1]}",\n  "version": "apptainer version 1.3.6"\n }}\n'
+        "}\n"
+    ]
 
 
 def test_no_cache_to_write_still_answers(tmp_path: Path) -> None:

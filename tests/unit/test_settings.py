@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import locale
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -76,6 +78,7 @@ def test_every_setting_resolves_to_its_default(dirs: tuple[Path, dict[str, str]]
     assert {s.name: getattr(resolved, s.name) for s in SETTINGS} == {
         s.name: s.default for s in SETTINGS
     }
+    assert dataclasses.replace(resolved, sources={}) == settings_table.Settings()  # its defaults
 
 
 def test_bench_settings_have_their_own_table() -> None:
@@ -442,6 +445,25 @@ def test_an_unreadable_config_file(dirs: tuple[Path, dict[str, str]]) -> None:
     with pytest.raises(ConfigError) as caught:
         resolve({}, environ, cwd)
     assert caught.value.message == f"cannot read {path}: [Errno 21] Is a directory: '{path}'"
+
+
+@pytest.fixture
+def ascii_locale() -> Iterator[None]:
+    """ASCII as the locale's encoding (the C locale, where Python is not in its UTF-8 mode)."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        yield
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+
+
+@pytest.mark.usefixtures("ascii_locale")
+def test_a_config_file_is_utf8_whatever_the_locale(dirs: tuple[Path, dict[str, str]]) -> None:
+    cwd, environ = dirs
+    path = cwd / "ctrain.toml"
+    path.write_bytes('cache_dir = "/scratch/jos\u00e9"\n'.encode())
+    assert one(resolve({}, environ, cwd), "cache_dir") == ("/scratch/jos\u00e9", f"file {path}:1")
 
 
 def _is(value: object, annotation: object) -> bool:

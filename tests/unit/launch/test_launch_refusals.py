@@ -23,6 +23,7 @@ from ctrain.launch.plan import (
 from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
 from ctrain.names import Mode
 from ctrain.settings import resolve
+from ctrain.settings_table import Settings
 from tests.helpers import refusal
 from tests.unit.launch.environs import JOB, STEP2, slurm_step
 
@@ -245,6 +246,7 @@ def test_launch_options_come_from_the_settings(tmp_path: Path) -> None:
     assert options == LaunchOptions("horovod", "ring", 77, 30000, True, True, "3")
     defaults = LaunchOptions.from_settings(resolve({}, {"HOME": str(tmp_path)}, tmp_path))
     assert defaults == LaunchOptions()
+    assert LaunchOptions.from_settings(Settings()) == LaunchOptions()  # no sources: not chosen
 
 
 def test_the_banner_says_what_this_rank_does() -> None:
