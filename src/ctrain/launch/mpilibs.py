@@ -131,19 +131,15 @@ def enforce(found: Verdict, rank: int) -> None:
         print(found.line(), file=sys.stderr, flush=True)
 
 
+_DOCTOR_STATUS: dict[str, Status] = {PROCEED: "PASS", WARN: "WARN", REFUSE: "FAIL"}
+
+
 def doctor_check(environ: Mapping[str, str]) -> Check:
     """``ctrain doctor``'s mpi-match line, as a Horovod rank here."""
     image = image_mpi(environ)
     here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
     job = JobEnv.from_environ(environ, os.uname().nodename)
     gloo = on_gloo(Mode.HOROVOD, job, job.mpi.size or 1)
-    mpi_verdict = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
-    status: Status = (
-        "PASS"
-        if mpi_verdict.status == PROCEED
-        else "WARN"
-        if mpi_verdict.status == WARN
-        else "FAIL"
-    )
-    detail = mpi_verdict.message if mpi_verdict.checked else f"{here}; {mpi_verdict.message}"
-    return Check("mpi-match", status, detail, mpi_verdict.fix)
+    said = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
+    detail = said.message if said.checked else f"{here}; {said.message}"
+    return Check("mpi-match", _DOCTOR_STATUS[said.status], detail, said.fix)
