@@ -15,7 +15,8 @@
 #                  (scripts/horovod-wheel.sh); plus requirements.txt, constraints.txt, SHA256SUMS
 #   DEST/ctrain/   ctrain's wheel, built reproducibly (SOURCE_DATE_EPOCH), so an unchanged source
 #                  gives the same bytes and the image's ctrain layer stays cached
-# Each directory is built aside and swapped in whole. A copy of each flavour's and TensorFlow's
+# Each directory is built aside and swapped in whole, under a lock of its own (DEST/.NAME.lock), so
+# builds running at once (a CPU and a GPU image, a SIF) wait for each other's swap. A copy of each flavour's and TensorFlow's
 # wheelhouse is kept in ~/.cache/ctrain/wheelhouse/FLAVOUR-tfTF_VERSION (CTRAIN_WHEELHOUSE_CACHE)
 # and used first, offline; PyPI only when it cannot satisfy the requirements or with
 # WHEELHOUSE_REFRESH=1.
@@ -94,6 +95,14 @@ pip_wheel() {
     esac
 }
 
+# lock NAME: hold DEST/.NAME.lock until this script exits (another wheelhouse.sh of the same DEST
+# and NAME waits here: two swaps of one directory would race).
+lock() {
+    local fd
+    exec {fd}>>"$dest/.$1.lock"
+    flock "$fd"
+}
+
 # swap NAME: replace DEST/NAME by the staged one in one rename (a killed run leaves the old one).
 swap() {
     rm -rf "${dest:?}/.$1.old"
@@ -108,6 +117,7 @@ if [ "$part" != ctrain ]; then
     pins=$(python3 src/ctrain/matrix.py pins "$tf" "$part") || exit 1
     while IFS= read -r pin; do export "${pin?}"; done <<<"$pins"
     name=$part-tf$tf
+    lock "$name"
     out=$stage/$name
     mkdir -p "$out"
     python3 src/ctrain/matrix.py constraints "$tf" "$part" >"$out/constraints.txt"
@@ -170,6 +180,7 @@ if [ "$part" != ctrain ]; then
 fi
 
 # ctrain's wheel: built in isolation from the wheelhouse's setuptools when there is one (offline).
+lock ctrain
 offline=()
 for dir in "$dest"/cpu-tf* "$dest"/gpu-tf*; do
     if [ -f "$dir/SHA256SUMS" ]; then
