@@ -1,9 +1,14 @@
-"""Markers for tests that need real services.
+"""Markers for tests that need real services, and the run's order and background builds.
 
 Outside CI a missing service skips the test with the reason; with CI=true it fails, so a CI run
 can never pass by skipping the real Slurm, MPI, Docker, Podman, Apptainer, Charliecloud,
 TensorFlow or Horovod tests, or the multi-node ones (marker ``cluster``: the compute hosts of
 ``make services``).
+
+A module that needs one of the slow builds (images, SIFs, another TensorFlow's venv) says so with
+the marker ``builds(NAME, ...)`` (tests/integration/images/lanes.py). The run starts those builds
+in the background before its first test and runs the unit tests first, then the integration
+modules that need no build, then the others in the order their builds should be ready.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.images import background, lanes
 from tests.users import ensure_test_user
 
 CLUSTER_PARTITION = "cluster"  # scripts/cluster.sh: compute hosts cn01..cnNN
@@ -112,6 +118,45 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true and {marker} is unavailable: {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+def _builds(item: pytest.Item) -> set[str]:
+    return {name for marker in item.iter_markers("builds") for name in marker.args}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests first, then the integration modules by when their builds should be ready (none
+    first); a module's tests stay together, so its fixtures are set up once."""
+    unit = Path(__file__).parent / "unit"
+    keys: dict[Path, tuple[int, int]] = {}
+    for item in items:
+        builds = _builds(item)
+        if lanes.unknown(builds):
+            raise pytest.UsageError(f"{item.nodeid}: no build {sorted(lanes.unknown(builds))}")
+        key = (0 if item.path.is_relative_to(unit) else 1, lanes.ready_rank(builds))
+        keys[item.path] = max(keys.get(item.path, key), key)
+    items.sort(key=lambda item: keys[item.path])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Start the builds the collected tests need (when Docker runs: every build uses it)."""
+    if session.config.option.collectonly or missing("docker") is not None:
+        return
+    wanted = set().union(*(_builds(item) for item in session.items))
+    background.start(lanes.lanes(wanted))
+
+
+def pytest_sessionfinish() -> None:
+    background.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    done = background.report()
+    if done:
+        terminalreporter.write_sep("=", "builds (tests/integration/images)")
+        for line in done:
+            terminalreporter.write_line(line)
 
 
 @contextlib.contextmanager

@@ -62,6 +62,7 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.slurm,
     pytest.mark.tensorflow,
+    pytest.mark.builds("cpu-sif"),
     pytest.mark.timeout(1800),
 ]
 

@@ -19,26 +19,28 @@ from pathlib import Path
 
 import pytest
 
-from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY
 
 from .images import (
     BUILD_TIMEOUT,
     DEFAULT,
     LABEL_PINS,
+    OTHERS,
     REPO,
-    TAG,
     base_image,
-    build_cpu,
+    cpu_image,
+    gpu_image,
     make,
     pins,
 )
 from .jobs import TINY, clean_env, reports, run
 
 SCRIPTS = REPO / "tests" / "integration" / "scripts"
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT)]
-ROWS = matrix.load()
-OTHERS = [row.tensorflow for row in ROWS[1:]]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.builds("cpu-image", "other-cpu-images", "gpu-image"),
+    pytest.mark.timeout(BUILD_TIMEOUT),
+]
 
 
 def labels(image: str) -> dict[str, str]:
@@ -66,15 +68,15 @@ def base() -> str:
     return base_image()
 
 
-@pytest.fixture(scope="module")
-def cpu_image(base: str) -> str:
-    return build_cpu(base, DEFAULT)
+@pytest.fixture(scope="module", name="cpu_image")
+def cpu_image_fixture() -> str:
+    return cpu_image(DEFAULT)
 
 
 @pytest.fixture(scope="module", params=OTHERS)
-def other_cpu_image(request: pytest.FixtureRequest, base: str) -> tuple[str, str]:
+def other_cpu_image(request: pytest.FixtureRequest) -> tuple[str, str]:
     """(TensorFlow, image) of another TensorFlow of the matrix."""
-    return request.param, build_cpu(base, request.param)
+    return request.param, cpu_image(request.param)
 
 
 def check_cpu_image(image: str, tf: str) -> None:
@@ -278,12 +280,10 @@ def test_horovod_trains_two_ranks_inside_another_tensorflows_image(
     assert chief["weights"] == worker["weights"]  # ...the same model
 
 
-def test_gpu_image_builds_with_nccl_on_a_gpu_less_machine(base: str) -> None:
+def test_gpu_image_builds_with_nccl_on_a_gpu_less_machine() -> None:
     """The build's own gate (install.sh verify) marks NCCL and loads Horovod's ops beside
     TensorFlow's CUDA 12 libraries; checked again here on the finished image."""
-    make("wheelhouse", "FLAVOUR=gpu", f"TF_VERSION={DEFAULT}")
-    make("image", f"BASE_IMAGE={base}", f"TF_VERSION={DEFAULT}")
-    image = f"ctrain:{TAG}"
+    image = gpu_image()
     want = pins(DEFAULT, "gpu")
     found = labels(image)
     assert found["io.ctrain.flavour"] == "gpu"

@@ -33,6 +33,7 @@ USER_ENV = {"PATH": f"/usr/sbin:{SYSTEM_PATH}"}  # runuser is in /usr/sbin; noth
 pytestmark = [
     pytest.mark.charliecloud,
     pytest.mark.docker,
+    pytest.mark.builds("cpu-image"),
     pytest.mark.timeout(PULL_TIMEOUT + 2 * TIMEOUT),
 ]
 

@@ -28,7 +28,12 @@ from .images import ci_cpu_image
 from .jobs import TRAIN, clean_env, reports, run
 from .podman import TIMEOUT, as_user, podman, present, push_busybox
 
-pytestmark = [pytest.mark.podman, pytest.mark.docker, pytest.mark.timeout(TIMEOUT * 2)]
+pytestmark = [
+    pytest.mark.podman,
+    pytest.mark.docker,
+    pytest.mark.builds("cpu-image"),
+    pytest.mark.timeout(TIMEOUT * 2),
+]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ as a SIF (lz4: a few seconds to make from the image's tree), as root with Horovo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pwd
 import shutil
@@ -35,22 +34,14 @@ from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
 from tests.users import TEST_USER
 
-from .images import DEFAULT, busybox_base, ci_cpu_image
+from .images import DEFAULT, busybox_base, foreign
+from .images.foreign import layered
 from .jobs import SCRIPTS, clean_env, reports, run
 from .podman import podman, present
 from .slurm_jobs import log, render, submit, wait_done
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.docker, pytest.mark.builds("foreign"), pytest.mark.timeout(600)]
 
-PIP = "/opt/ctrain/venv/bin/python -m pip uninstall --yes --quiet"
-FOREIGN_HVD = f"""FROM {{base}}
-RUN {PIP} ctrain-hpc && ! test -e /opt/ctrain/venv/bin/ctrain
-ENTRYPOINT []
-CMD ["python3"]
-"""
-FOREIGN_TF = f"""FROM {{base}}
-RUN {PIP} horovod
-"""
 OLD_PYTHON = """FROM {base}
 RUN printf '#!/bin/sh\\necho 3.8\\n' >/bin/python3 && /bin/busybox chmod 755 /bin/python3
 """
@@ -58,39 +49,14 @@ RUNUSER = "/usr/sbin/runuser"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def layered(name: str, dockerfile: str, base: str) -> str:
-    """``dockerfile`` on ``base`` as ctrain-test/NAME:HASH (built when that tag is missing)."""
-    base_id = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}}", base],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout.strip()  # fmt: skip
-    text = dockerfile.format(base=base)
-    tag = f"ctrain-test/{name}:{hashlib.sha256((text + base_id).encode()).hexdigest()[:12]}"
-    # An earlier generation (another base, another recipe) would keep its base's 3 GB alive.
-    listed = subprocess.run(
-        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", f"ctrain-test/{name}"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout.split()  # fmt: skip
-    for stale in set(listed) - {tag}:
-        subprocess.run(["docker", "rmi", stale], capture_output=True, timeout=120)
-    have = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60)
-    if have.returncode != 0:
-        done = subprocess.run(
-            ["docker", "build", "--network", "none", "-t", tag, "-"],
-            input=text, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-    return tag
-
-
 @pytest.fixture(scope="module")
 def foreign_hvd() -> str:
-    return layered("foreign-hvd", FOREIGN_HVD, ci_cpu_image())
+    return foreign.foreign_hvd()
 
 
 @pytest.fixture(scope="module")
-def foreign_tf(foreign_hvd: str) -> str:
-    return layered("foreign-tf", FOREIGN_TF, foreign_hvd)
+def foreign_tf() -> str:
+    return foreign.foreign_tf()
 
 
 @pytest.fixture
@@ -261,18 +227,8 @@ def test_two_ranks_of_multiworker_through_podman(foreign_tf_in_podman: str, work
 
 
 @pytest.fixture(scope="module")
-def foreign_sif(foreign_hvd: str) -> Iterator[Path]:
-    """FOREIGN_HVD as a SIF, readable by the test user."""
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
-        Path(directory).chmod(0o755)
-        sif = Path(directory) / "foreign.sif"
-        subprocess.run(
-            ["apptainer", "build", "--mksquashfs-args", "-comp lz4", str(sif),
-             f"docker-daemon://{foreign_hvd}"],
-            capture_output=True, text=True, timeout=900, check=True,
-        )  # fmt: skip
-        sif.chmod(0o644)
-        yield sif
+def foreign_sif() -> Path:
+    return foreign.foreign_sif()
 
 
 @pytest.mark.apptainer

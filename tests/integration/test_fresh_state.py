@@ -6,7 +6,7 @@ the state that scripts/services.sh, scripts/cluster.sh and scripts/apptainer.sh 
 no slurm.conf, no Slurm state, no registry store, no Docker data, no compute hosts, no Apptainer
 root), an empty /run and /tmp, and a network of its own, so the services running out here (the
 registry on 127.0.0.1:5000, slurmctld's ports) are neither met nor touched. Everything the sandbox
-starts ends with it.
+starts ends with it. The checkout stays visible wherever it lies, under /tmp included.
 """
 
 from __future__ import annotations
@@ -14,19 +14,26 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import REPO
 
-FRESH_STATE = str(REPO / "scripts" / "fresh-state.sh")
+# What fresh-state.sh runs: itself and the two scripts whose `paths` it reads.
+SCRIPTS = ("fresh-state.sh", "services.sh", "cluster.sh", "apptainer.sh")
 
 
-def in_fresh_state(script: str, timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run bash SCRIPT in the repository, in a new sandbox; kill the whole sandbox on a timeout."""
+def in_fresh_state(
+    script: str, timeout: float, checkout: Path = REPO, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run bash SCRIPT in ``checkout``, in a new sandbox of that checkout's fresh-state.sh; kill
+    the whole sandbox on a timeout."""
     proc = subprocess.Popen(
-        [FRESH_STATE, "bash", "-euo", "pipefail", "-c", script],
-        cwd=REPO,
+        [str(checkout / "scripts" / "fresh-state.sh"), "bash", "-euo", "pipefail", "-c", script],
+        cwd=checkout,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -40,6 +47,66 @@ def in_fresh_state(script: str, timeout: float, **env: str) -> subprocess.Comple
         out, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout} s:\n{out}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
+
+
+@pytest.fixture
+def checkout_in_tmp() -> Iterator[Path]:
+    """A checkout under /tmp, which the sandbox empties: the scripts fresh-state.sh runs, and a
+    file of its own."""
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="ctrain-checkout-") as directory:
+        checkout = Path(directory) / "ctrain"
+        (checkout / "scripts").mkdir(parents=True)
+        for name in SCRIPTS:
+            (checkout / "scripts" / name).write_bytes((REPO / "scripts" / name).read_bytes())
+            (checkout / "scripts" / name).chmod(0o755)
+        (checkout / "mine").write_text("the checkout's\n")
+        yield checkout
+
+
+@pytest.mark.sandbox
+def test_a_checkout_under_tmp_is_seen_and_written_and_a_hidden_directory_is_empty(
+    checkout_in_tmp: Path,
+) -> None:
+    checkout = checkout_in_tmp
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ctrain-hidden-") as hidden:
+        (Path(hidden) / "cached").write_text("a cache\n")
+        proc = in_fresh_state(
+            f"""
+            cat mine; cat {checkout}/mine
+            echo written >{checkout}/written
+            echo "in {hidden}: $(ls -A {hidden})."
+            echo new >{hidden}/new
+            stat -c '/tmp %a' /tmp
+            find /tmp -mindepth 1 -maxdepth 1 -printf '%f %m\\n'
+            """,
+            60,
+            checkout,
+            FRESH_STATE_HIDE=hidden,
+        )
+        assert proc.returncode == 0, proc.stdout
+        # The checkout is this machine's, read and written at its own path; /tmp keeps its mode
+        # and holds nothing but the way to the checkout, made for its mount point; the hidden
+        # directory is empty in there and untouched out here.
+        top = checkout.parent.name
+        assert proc.stdout.splitlines() == [
+            "the checkout's",
+            "the checkout's",
+            f"in {hidden}: .",
+            "/tmp 1777",
+            f"{top} 755",
+        ], proc.stdout
+        assert (checkout / "written").read_text() == "written\n"
+        assert sorted(p.name for p in Path(hidden).iterdir()) == ["cached"]
+
+
+@pytest.mark.sandbox
+def test_a_hidden_directory_must_be_absolute() -> None:
+    proc = in_fresh_state("true", 60, FRESH_STATE_HIDE="/var/cache:relative")
+    assert proc.returncode == 1
+    assert proc.stdout == (
+        "fresh-state: FRESH_STATE_HIDE=/var/cache:relative: want absolute directories,"
+        " DIR[:DIR...]\n"
+    )
 
 
 @pytest.mark.sandbox

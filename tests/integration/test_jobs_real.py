@@ -35,7 +35,12 @@ from .slurm_jobs import (
     wait_held,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.tensorflow,
+    pytest.mark.builds("cpu-image"),
+    pytest.mark.timeout(900),
+]
 
 
 def run_to_completion(mode: str, workdir: Path, submitted: list[str], epochs: int = EPOCHS) -> Path:

@@ -22,7 +22,7 @@ from tests.helpers import CTRAIN, SRC
 from .images import BUILD_TIMEOUT, ci_cpu_image, ci_cpu_sif
 from .jobs import clean_env, run
 
-pytestmark = [pytest.mark.slurm, pytest.mark.horovod]
+pytestmark = [pytest.mark.slurm, pytest.mark.horovod, pytest.mark.builds("cpu-image", "cpu-sif")]
 
 SRUN = ["srun", "--mpi=pmix", "-n", "2", "-t", "5", "--kill-on-bad-exit=1"]
 EXPLAIN = ["launch", "--mode", "horovod", "--explain", "--json"]

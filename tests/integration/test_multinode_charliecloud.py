@@ -35,6 +35,7 @@ pytestmark = [
     pytest.mark.charliecloud,
     pytest.mark.docker,
     pytest.mark.tensorflow,
+    pytest.mark.builds("cpu-image"),
     pytest.mark.timeout(PULL_TIMEOUT + 2 * STEP_TIMEOUT),  # the first waits for the image
 ]
 

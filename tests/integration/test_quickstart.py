@@ -23,6 +23,7 @@ pytestmark = [
     pytest.mark.apptainer,
     pytest.mark.docker,
     pytest.mark.slurm,
+    pytest.mark.builds("cpu-sif"),
     pytest.mark.timeout(2400),  # the SIF's build the first time, a pull, two epochs on 2 cores
 ]
 

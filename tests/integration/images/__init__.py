@@ -1,9 +1,14 @@
-"""Test images built locally, once per source state (the tag is a hash of what goes in)."""
+"""Test images built locally, once per source state (the tag is a hash of what goes in).
+
+The slow ones (the base, the wheelhouses, the CPU and GPU images, the CPU SIF, another
+TensorFlow's venv and image) are ``background.once`` builds: one build per run, shared by every
+test that asks, and started in the background as soon as the run is collected (tests/conftest.py:
+a test module says which it needs with the marker ``builds``, and ``LANES`` says in which order
+they are made)."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import io
 import os
@@ -16,6 +21,8 @@ from pathlib import Path
 
 from ctrain import __version__, matrix
 
+from .background import once, run
+
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (make system)
@@ -23,6 +30,8 @@ BUSYBOX_BASE = "ctrain-test/busybox-base:1"
 TAG = "ci"  # the tag of the images the tests build: ctrain:ci-cpu, ctrain:ci, ...
 BUILD_TIMEOUT = 3600  # a cold GPU build on 2 cores; warm builds take seconds
 DEFAULT = matrix.load()[0].tensorflow  # the matrix's default TensorFlow
+OTHERS = tuple(row.tensorflow for row in matrix.load()[1:])  # every other TensorFlow of it
+VENV_TIMEOUT = 1800  # another TensorFlow's venv: TensorFlow from PyPI, Horovod built
 
 # label -> the pin it shows
 LABEL_PINS = {
@@ -44,10 +53,10 @@ def pins(tf: str, flavour: str) -> dict[str, str]:
     return matrix.pins(matrix.find(matrix.load(), tf), flavour) | {"CTRAIN_VERSION": __version__}
 
 
+@once
 def base_image() -> str:
-    done = subprocess.run(
-        [str(REPO / "scripts" / "base-image.sh")], capture_output=True, text=True, timeout=900
-    )
+    """The local Debian 12 base image (scripts/base-image.sh)."""
+    done = run([str(REPO / "scripts" / "base-image.sh")], timeout=900)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().splitlines()[-1]
 
@@ -115,10 +124,8 @@ def make(
     seconds and its output."""
     t0 = time.monotonic()
     engine = [] if apptainer else ["APPTAINER="]
-    done = subprocess.run(
+    done = run(
         ["make", "--no-print-directory", "-C", str(REPO), *args, *engine, f"TAG={tag}"],
-        capture_output=True,
-        text=True,
         timeout=timeout,
         env={**os.environ, "PYTHON": "python3"},
     )
@@ -130,20 +137,54 @@ def make(
     return elapsed, done.stdout + done.stderr
 
 
-def build_cpu(base: str, tf: str) -> str:
+@once
+def wheelhouse(flavour: str, tf: str) -> None:
+    """`make wheelhouse` of ``flavour`` and TensorFlow ``tf``."""
+    make("wheelhouse", f"FLAVOUR={flavour}", f"TF_VERSION={tf}")
+
+
+@once
+def matrix_venv(tf: str) -> Path:
+    """The venv of another TensorFlow of the matrix, as `make test-matrix` makes it
+    (.venv-tfVERSION, `make install`): its Horovod wheel, built once into the wheel cache, is the
+    one that TensorFlow's CPU image installs (scripts/wheelhouse.sh), so Horovod is compiled once
+    per TensorFlow and the matrix's own `make install` later finds everything made."""
+    venv = f".venv-tf{tf}"
+    make("install", f"VENV={venv}", f"TF_VERSION={tf}", timeout=VENV_TIMEOUT)
+    return REPO / venv
+
+
+@once
+def cpu_image(tf: str) -> str:
     """The CPU image of TensorFlow ``tf`` built from this checkout's recipe (seconds when
     Docker's layer cache has it), as the Makefile names it: the default TensorFlow's TAG-cpu,
     another's TAG-tfVERSION-cpu."""
-    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={tf}")
+    if tf != DEFAULT:
+        matrix_venv(tf)
+    base = base_image()
+    wheelhouse("cpu", tf)
     make("image-cpu", f"BASE_IMAGE={base}", f"TF_VERSION={tf}")
     return f"ctrain:{TAG}-cpu" if tf == DEFAULT else f"ctrain:{TAG}-tf{tf}-cpu"
 
 
-@functools.cache
 def ci_cpu_image() -> str:
-    """The CPU image of the default TensorFlow from this checkout (ctrain:ci-cpu), built once
-    per session by whichever test asks first, or $CTRAIN_TEST_CPU_IMAGE as it is."""
-    return os.environ.get("CTRAIN_TEST_CPU_IMAGE") or build_cpu(base_image(), DEFAULT)
+    """The CPU image of the default TensorFlow from this checkout (ctrain:ci-cpu), or
+    $CTRAIN_TEST_CPU_IMAGE as it is."""
+    return os.environ.get("CTRAIN_TEST_CPU_IMAGE") or cpu_image(DEFAULT)
+
+
+def other_cpu_images() -> list[str]:
+    """The CPU image of every other TensorFlow of the matrix."""
+    return [cpu_image(tf) for tf in OTHERS]
+
+
+@once
+def gpu_image() -> str:
+    """The GPU image of the default TensorFlow (ctrain:TAG), built on this GPU-less machine."""
+    base = base_image()
+    wheelhouse("gpu", DEFAULT)
+    make("image", f"BASE_IMAGE={base}", f"TF_VERSION={DEFAULT}")
+    return f"ctrain:{TAG}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,16 +194,17 @@ class BuiltSif:
     seconds: float
 
 
-@functools.cache
+@once
 def ci_cpu_sif() -> BuiltSif:
-    """The CPU SIF of the default TensorFlow, built once per session by the real `apptainer
+    """The CPU SIF of the default TensorFlow, built once per run by the real `apptainer
     build` of definitions/ctrain-cpu.def, as `make image-cpu` runs it where Apptainer is
     installed: from the wheelhouse, bootstrapped from the Debian base in the Docker daemon
     (BASE_IMAGE), as root with --fakeroot (this sandbox's root lacks a capability %post asks
     for; `make system` gives root the subordinate ids it needs), its %test run."""
-    make("wheelhouse", "FLAVOUR=cpu", f"TF_VERSION={DEFAULT}")
+    base = base_image()
+    wheelhouse("cpu", DEFAULT)
     flags = "APPTAINER_BUILD_FLAGS=--fakeroot --force"
-    seconds, output = make("image-cpu", f"BASE_IMAGE={base_image()}", flags, apptainer=True)
+    seconds, output = make("image-cpu", f"BASE_IMAGE={base}", flags, apptainer=True)
     return BuiltSif(REPO / "build" / f"ctrain-{TAG}-cpu.sif", output, seconds)
 
 
@@ -205,18 +247,13 @@ def busybox_base() -> str:
 PUSH_TIMEOUT = 900  # the CPU SIF into the local registry, the first time
 
 
-@functools.cache
+@once
 def ci_cpu_sif_in_registry() -> str:
     """The CPU SIF (or $CTRAIN_TEST_CPU_SIF as it is) pushed to the local registry (`make
     services`) as ``oras://...``, as `make push` does: once per session, by whichever test asks
     first."""
     ref = f"oras://127.0.0.1:5000/ctrain-test/ctrain-cpu-sif:{TAG}"
     sif = os.environ.get("CTRAIN_TEST_CPU_SIF") or str(ci_cpu_sif().path)
-    done = subprocess.run(
-        ["apptainer", "push", sif, ref],
-        capture_output=True,
-        text=True,
-        timeout=PUSH_TIMEOUT,
-    )
+    done = run(["apptainer", "push", sif, ref], timeout=PUSH_TIMEOUT)
     assert done.returncode == 0, done.stderr
     return ref
