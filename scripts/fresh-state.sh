@@ -14,7 +14,11 @@
 #     Podman drop-ins, no compute hosts, no Apptainer root or wrapper;
 #   - /run is an empty tmpfs, as after a boot; /tmp, /var/lib/docker and /var/lib/containers are
 #     empty directories (real ones on this machine's disk: Docker's and Podman's overlay storage
-#     cannot sit on an overlay);
+#     cannot sit on an overlay), and so is every directory FRESH_STATE_HIDE names (DIR[:DIR...],
+#     e.g. $HOME/.cache: scripts/cold-ci.sh's caches);
+#   - this checkout is this machine's own, at its own path, wherever it lies (under /tmp, or
+#     /opt, say): bound back over what the sandbox laid there, so COMMAND finds it and what it
+#     writes there stays. It must not lie in a state path, which the sandbox removes.
 #   - the network is loopback and one veth pair (10.78.0.1, so that the machine has an address):
 #     daemons started there take their usual ports without meeting
 #     this machine's (a registry on 127.0.0.1:5000 in there is not the one out here), and compute
@@ -27,6 +31,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CHECKOUT=$(cd "$HERE/.." && pwd -P)
 OVERLAID=(/etc /opt /usr/local /var/lib /var/log /var/spool)
 EMPTY=(/tmp /var/lib/docker /var/lib/containers)
 IFACE=fresh0
@@ -37,23 +42,50 @@ die() {
     exit 1
 }
 
+# under PATH DIR...: PATH is one of the DIRs or lies under one (a DIR may be a glob).
+under() {
+    local path=$1 dir
+    shift
+    for dir; do
+        # Unquoted on purpose: a state path may be a glob (/var/spool/slurmd-*).
+        # shellcheck disable=SC2254
+        case "$path/" in $dir/*) return 0 ;; esac
+    done
+    return 1
+}
+
+# The directories the sandbox replaces with empty ones, one a line: EMPTY's and FRESH_STATE_HIDE's.
+emptied() {
+    printf '%s\n' "${EMPTY[@]}"
+    [ -z "${FRESH_STATE_HIDE:-}" ] || tr : '\n' <<<"$FRESH_STATE_HIDE"
+}
+
 # inside NETWORK STATE PATHS COMMAND...: in the new namespaces, lay the sandbox out in STATE, remove
-# PATHS (one a line, globs allowed), give a network of its own (NETWORK=sandbox) a loopback and
-# an address, then exec COMMAND.
+# PATHS (one a line, globs allowed), bind the checkout back, give a network of its own
+# (NETWORK=sandbox) a loopback and an address, then exec COMMAND.
 inside() {
-    local network=$1 state=$2 paths=$3 dir path ok
+    local network=$1 state=$2 paths=$3 dir path ok kept='' empty
     shift 3
+    mapfile -t empty < <(emptied)
+    # The checkout, held aside before anything is laid over it, and moved back at the end.
+    if under "$CHECKOUT" "${OVERLAID[@]}" /run "${empty[@]}"; then
+        kept=$state/checkout
+        mkdir -p "$kept"
+        mount --rbind "$CHECKOUT" "$kept"
+    fi
     for dir in "${OVERLAID[@]}"; do
         mkdir -p "$state/upper$dir" "$state/work$dir"
         mount -t overlay overlay \
             -o "lowerdir=$dir,upperdir=$state/upper$dir,workdir=$state/work$dir" "$dir"
     done
     mount -t tmpfs -o mode=0755 tmpfs /run
-    for dir in "${EMPTY[@]}"; do
+    for dir in "${empty[@]}"; do
         mkdir -p "$state/empty$dir" "$dir"
+        # The owner and mode of the directory it replaces (/tmp's 1777, say).
+        chown --reference="$dir" "$state/empty$dir"
+        chmod --reference="$dir" "$state/empty$dir"
         mount --bind "$state/empty$dir" "$dir"
     done
-    chmod 1777 /tmp
     shopt -s nullglob
     while IFS= read -r path; do
         [ -n "$path" ] || continue
@@ -68,6 +100,10 @@ inside() {
             mountpoint -q "$path" || rm -rf --one-file-system "$path"
         done
     done <<<"$paths"
+    if [ -n "$kept" ]; then
+        mkdir -p "$CHECKOUT"
+        mount --move "$kept" "$CHECKOUT"
+    fi
     [ "$network" = sandbox ] || exec "$@"
     ip link set lo up
     # A machine has an address besides loopback's, and programs that resolve names with
@@ -87,13 +123,7 @@ main() {
     fi
     [ "$#" -gt 0 ] || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
     [ "$(id -u)" -eq 0 ] || die "must run as root (it mounts overlays). Fix: sudo $0 $*"
-    local dir
-    for dir in "${EMPTY[@]}"; do
-        case "$HERE/" in "$dir"/*)
-            die "this checkout is under $dir, which the sandbox replaces with an empty directory. Fix: clone it elsewhere (git clone . /srv/ctrain)" ;;
-        esac
-    done
-    local state paths network=${FRESH_STATE_NETWORK:-sandbox} rc=0
+    local state paths list dir network=${FRESH_STATE_NETWORK:-sandbox} rc=0
     local namespaces=(--mount --propagation private --pid --uts --ipc --fork --mount-proc --kill-child)
     case "$network" in
         sandbox) namespaces+=(--net) ;;
@@ -101,6 +131,16 @@ main() {
         *) die "FRESH_STATE_NETWORK=$network: want sandbox or host" ;;
     esac
     paths=$("$HERE/services.sh" paths; "$HERE/apptainer.sh" paths)
+    # The sandbox removes every state path: a checkout in one would go with it.
+    mapfile -t list <<<"$paths"
+    ! under "$CHECKOUT" "${list[@]}" \
+        || die "this checkout, $CHECKOUT, lies in a path where the services or Apptainer keep state, which the sandbox removes. Fix: clone it elsewhere (git clone $CHECKOUT /srv/ctrain)"
+    while IFS= read -r dir; do
+        case "$dir" in
+            /?*) ! under /var/tmp "$dir" || die "FRESH_STATE_HIDE: $dir holds /var/tmp, where the sandbox keeps its files" ;;
+            *) die "FRESH_STATE_HIDE=$FRESH_STATE_HIDE: want absolute directories, DIR[:DIR...]" ;;
+        esac
+    done < <(emptied)
     state=$(mktemp -d /var/tmp/ctrain-fresh-state.XXXXXX)
     if [ "${FRESH_STATE_KEEP:-}" = 1 ]; then
         echo "fresh-state: the sandbox's files stay in $state" >&2
