@@ -3,11 +3,14 @@ one run per build, shared outcomes, waits across threads, processes under nice, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+from tests.helpers import REPO
 from tests.integration.images import background, lanes
 
 
@@ -65,36 +68,46 @@ def test_a_caller_waits_for_the_run_in_another_thread() -> None:
     assert calls == 1
 
 
+def in_child(code: str) -> str:
+    """``code`` run by a Python of its own with the background module imported (a lane or
+    ``stop`` here would reach the builds the run itself has started); what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from tests.integration.images import background\n" + code],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_run_is_niced_in_a_background_lane_only() -> None:
-    seen: list[str] = []
-
-    def niceness() -> None:
-        seen.append(
-            background.run(["sh", "-c", "cut -d' ' -f19 /proc/self/stat"], timeout=30).stdout
-        )
-
-    niceness()
-    lane = threading.Thread(target=background._lane, args=([niceness],))
-    lane.start()
-    lane.join(30)
-    assert background._log.pop().startswith("niceness: done in the background in ")
-    base = int(seen[0])
-    assert [int(s) for s in seen] == [base, min(base + background.NICE, 19)]
+    printed = in_child(
+        "import threading\n"
+        "STAT = ['cut', '-d', ' ', '-f19', '/proc/self/stat']\n"
+        "def niceness():\n"
+        "    print(background.run(STAT, timeout=30).stdout)\n"
+        "niceness()\n"
+        "background.start([[niceness]])\n"
+        "background._threads[0].join(30)\n"
+        "print(background.report())\n"
+    )  # fmt: skip
+    inline, lane, report = printed.split("\n\n", 2)
+    assert int(lane) == min(int(inline) + background.NICE, 19)
+    assert "'niceness: done in the background in " in report
 
 
 def test_stop_ends_a_running_build() -> None:
-    done: list[int] = []
-    thread = threading.Thread(
-        target=lambda: done.append(background.run(["sleep", "60"], timeout=120).returncode)
-    )
-    thread.start()
-    for _ in range(100):
-        if background._processes:
-            break
-        time.sleep(0.05)
-    background.stop()
-    thread.join(10)
-    assert done == [-9]
+    printed = in_child(
+        "import threading, time\n"
+        "done = []\n"
+        "thread = threading.Thread(target=lambda: done.append(\n"
+        "    background.run(['sleep', '60'], timeout=120).returncode))\n"
+        "thread.start()\n"
+        "while not background._processes: time.sleep(0.05)\n"
+        "background.stop()\n"
+        "thread.join(10)\n"
+        "print(done)\n"
+    )  # fmt: skip
+    assert printed == "[-9]\n"
 
 
 def test_lanes_keep_their_order_and_drop_what_is_not_wanted() -> None:
