@@ -13,7 +13,9 @@ Steering (FAKE_APPTAINER_*): VERSION (default 1.4.5, as singularity 4.5.1), COMP
 (``singularity`` is Apptainer's compatibility name), OFFLINE=1 (no network: every remote URI
 fails, even cached), IMAGE_ENV (JSON: the environment of images from registries it cannot
 reach), FAIL=pull|build|inspect (that verb fails, 255), BAD=1 (pull and build write a non-SIF),
-DELAY (seconds a download or build takes), SIZE (bytes of a pulled image's partition).
+DELAY (seconds a download or build takes), HOLD (bytes: a download or build writes that many
+bytes of the image, the header at least, then holds until SIGUSR1 before the rest), SIZE
+(bytes of a pulled image's partition).
 
 Modelled (facts file sections in brackets):
 - [parsing] flags end at the first positional; ``--flag=value``; unknown flags, flags newer

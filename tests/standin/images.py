@@ -44,13 +44,32 @@ def build_temp(who: Identity, environ: dict[str, str], given: list[str]) -> Iter
             signal.signal(number, handler)
 
 
+def hold_until_usr1() -> None:
+    """Block until SIGUSR1 (blocked by the caller beforehand, so that one sent early is kept
+    pending); SIGTERM, SIGINT and SIGKILL end the process as at any other moment."""
+    while signal.sigtimedwait({signal.SIGUSR1}, 1.0) is None:
+        pass
+
+
 def write_slowly(path: Path, head: bytes, body: bytes, environ: dict[str, str]) -> None:
-    """Write an image in 20 steps over FAKE_APPTAINER_DELAY seconds (BAD: not a SIF)."""
+    """Write an image in 20 steps over FAKE_APPTAINER_DELAY seconds (BAD: not a SIF). With
+    FAKE_APPTAINER_HOLD=BYTES, write its first BYTES bytes (the header at least) at once, then
+    hold until SIGUSR1 before writing the rest: a download caught half-way, whatever the
+    machine's speed."""
     if environ.get("FAKE_APPTAINER_BAD") == "1":
         head = b"<html>not an image</html>".ljust(len(head))
     delay, chunks = float(environ.get("FAKE_APPTAINER_DELAY", "0")), 20
     step = max(1, len(body) // chunks)
+    held = environ.get("FAKE_APPTAINER_HOLD")
+    if held is not None:  # before the file exists: a SIGUSR1 sent once it does then waits
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     with path.open("wb") as handle:
+        if held is not None:
+            first = max(0, int(held) - len(head))
+            handle.write(head + body[:first])
+            handle.flush()
+            hold_until_usr1()
+            head, body = b"", body[first:]
         handle.write(head)
         handle.flush()
         for start in range(0, len(body), step):

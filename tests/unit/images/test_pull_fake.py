@@ -3,6 +3,7 @@ environment, reuse, --force, killed and interrupted pulls, concurrent pulls, and
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -14,7 +15,7 @@ import pytest
 from ctrain import references
 from ctrain.images.record import read_sidecar, sidecar_of
 from tests import fake_apptainer
-from tests.helpers import run_ctrain, snapshot, start_ctrain, wait_for
+from tests.helpers import CTRAIN, ctrain_env, run_ctrain, snapshot, start_ctrain, wait_for
 
 REF_A = "docker://registry.example/team/train:1"
 REF_B = "docker://registry.example/team/train:2"
@@ -59,6 +60,19 @@ def fake(tmp_path: Path) -> Env:
 
 def content(ref: str) -> bytes:
     return fake_apptainer.pulled_bytes(ref)
+
+
+def start_pull(fake: Env, ref: str, stderr: Path) -> subprocess.Popen[str]:
+    """``ctrain pull REF`` started, its stderr written to the file ``stderr`` as it goes."""
+    with stderr.open("w") as err:
+        return subprocess.Popen(
+            [CTRAIN, "pull", ref], env=ctrain_env(fake.env()), cwd=fake.tmp,
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+
+
+def says_it_waits(stderr: Path) -> bool:
+    return "waiting for another pull" in stderr.read_text()
 
 
 def alive(pid: int) -> bool:
@@ -181,8 +195,17 @@ def test_a_file_ctrain_did_not_pull_is_not_replaced(fake: Env) -> None:
 SIZE = len(content("x"))  # header + payload of every image the fake pulls
 
 
+def held_download(fake: Env, number: int, written: int) -> Path:
+    """The temporary file of apptainer's ``number``-th pull, once the stand-in holds after
+    ``written`` bytes of the image (FAKE_APPTAINER_HOLD: it goes on only at SIGUSR1)."""
+    wait_for(lambda: len(fake.calls("pull")) == number, f"pull {number} to start apptainer")
+    temp = Path(fake.calls("pull")[-1]["argv"][-2])  # type: ignore[index]
+    wait_for(lambda: temp.exists() and temp.stat().st_size >= written, f"{written} bytes written")
+    return temp
+
+
 # Killed once the temporary file holds the header, about a third, about two thirds of the image
-# (the fake writes it in 20 paced chunks, so the pull is still going).
+# (the stand-in holds there until killed: the pull is still going, whatever the machine's load).
 @pytest.mark.parametrize("written", [4096, SIZE // 3, 2 * SIZE // 3])
 def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     fake: Env, written: int
@@ -191,10 +214,8 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
     assert fake.run(REF_A, "-o", str(target)).returncode == 0
     previous = snapshot(fake.tmp)
 
-    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="3")
-    wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
-    temp = Path(fake.calls("pull")[1]["argv"][3])  # type: ignore[index]
-    wait_for(lambda: temp.exists() and temp.stat().st_size >= written, f"{written} bytes written")
+    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_HOLD=str(written))
+    temp = held_download(fake, 2, written)
     slow.send_signal(signal.SIGKILL)
     slow.communicate(timeout=TIMEOUT)
     orphan = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
@@ -220,10 +241,8 @@ def test_sigkill_mid_pull_keeps_the_previous_target_and_the_next_pull_cleans_up(
 def test_sigterm_mid_pull_stops_the_download_and_removes_its_file(fake: Env) -> None:
     target = fake.tmp / "img.sif"
     assert fake.run(REF_A, "-o", str(target)).returncode == 0
-    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_DELAY="5")
-    wait_for(lambda: len(fake.calls("pull")) == 2, "the second pull to start")
-    temp = Path(fake.calls("pull")[1]["argv"][3])  # type: ignore[index]
-    wait_for(lambda: temp.exists() and temp.stat().st_size > 4096, "the temporary file")
+    slow = fake.start(REF_B, "-o", str(target), "--force", FAKE_APPTAINER_HOLD=str(SIZE // 2))
+    temp = held_download(fake, 2, SIZE // 2)
     slow.send_signal(signal.SIGTERM)
     _, err = slow.communicate(timeout=TIMEOUT)
     child = int(fake.calls("pull")[1]["pid"])  # type: ignore[arg-type]
@@ -239,14 +258,23 @@ def test_sigterm_mid_pull_stops_the_download_and_removes_its_file(fake: Env) -> 
 
 
 def test_three_concurrent_pulls_download_once(fake: Env) -> None:
-    procs = [fake.start(REF_A, FAKE_APPTAINER_DELAY="1.5") for _ in range(3)]
+    """The first pull's download holds (FAKE_APPTAINER_HOLD) until both others wait for it:
+    who waits does not depend on how fast the machine starts them."""
+    first = fake.start(REF_A, FAKE_APPTAINER_HOLD="0")
+    held_download(fake, 1, 0)
+    said = [fake.tmp / "stderr-1", fake.tmp / "stderr-2"]
+    others = [start_pull(fake, REF_A, path) for path in said]
+    for path in said:
+        wait_for(functools.partial(says_it_waits, path), f"the pull writing {path.name} to wait")
+    os.kill(int(str(fake.calls("pull")[0]["pid"])), signal.SIGUSR1)  # the download goes on
+    procs = [first, *others]
     results = [p.communicate(timeout=TIMEOUT) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], results
     assert len(fake.calls("pull")) == 1
-    outs = sorted(out.split(":")[0].split(" ")[0] for out, _ in results)
+    outs = [out.split(":")[0].split(" ")[0] for out, _ in results]
     assert outs == ["pulled", "up", "up"]
-    waited = [err for _, err in results if "waiting for another pull" in err]
-    assert len(waited) == 2 and all("ctrain pull, pid " in err for err in waited)
+    for path in said:
+        assert f"ctrain pull, pid {first.pid} on " in path.read_text()
     target = fake.cache / "images" / references.image_filename(REF_A)
     assert target.read_bytes() == content(REF_A)
     assert not [p for p in target.parent.iterdir() if ".pull-" in p.name]
