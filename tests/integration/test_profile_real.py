@@ -1,14 +1,17 @@
 """``--profile`` for real: unmodified scripts (tests/scripts/) in every launch mode on the local
 Slurm and Open MPI, tf-keras and Keras 3. Each run checks that the traces are where they should
 be and nowhere else, that TensorBoard's profile plugin (xprof, the dev extra) reads every one
-of them, and that the chief's table names the bottleneck the script was written to have:
-input for the script that waits for its batches, collectives for the one that all-reduces two
-2048-wide layers among several workers on 2 cores.
+of them, and the shape of the chief's table: the three shares with their notes, adding up to
+100 %, and a bottleneck that is the largest of them. Which share is the largest depends on the
+machine's load (the script that all-reduces two 2048-wide layers among several workers on 2
+busy cores once spent 54 % computing and 45 % in collectives), so no test here asserts it: the
+verdict from fixed traces and timelines is tests/unit/train/test_profile_report.py's.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,26 @@ def read_by_tensorboard(trace: Path) -> None:
     assert overview
 
 
+SHARE_ROW = re.compile(r"^  (\w+) +(\d+\.\d) %(?:   (.*))?$", re.M)
+BOTTLENECK = re.compile(r"^  bottleneck: (\w+) \(docs/profiling\.md: what to try\)$", re.M)
+
+
+def shares(table: str, collectives_of: str) -> dict[str, float]:
+    """The chief's shares in percent, by name, checked for the table's shape alone (which share
+    is the largest depends on the machine's load)."""
+    rows = SHARE_ROW.findall(table)
+    assert [(name, note) for name, _, note in rows] == [
+        ("input", "waiting for the next batch (tf.data)"),
+        ("compute", ""),
+        ("collectives", f"{collectives_of} in flight"),
+    ], table
+    found = {name: float(share) for name, share, _ in rows}
+    assert sum(found.values()) == pytest.approx(100.0, abs=0.2), table  # each rounded to 0.1
+    (named,) = BOTTLENECK.findall(table)
+    assert found[named] == max(found.values()), table
+    return found
+
+
 def checked(run_dir: Path, stderr: str, size: int, ranks: set[int]) -> str:
     """The traces of ``ranks`` only, every rank's timing, and the chief's table: returned."""
     traces = traced(run_dir)
@@ -76,14 +99,13 @@ def checked(run_dir: Path, stderr: str, size: int, ranks: set[int]) -> str:
 def test_single_an_input_bound_script(tmp_path: Path, keras: str) -> None:
     script = (str(SCRIPTS / "profile_fit.py"), "input")
     run_dir, stderr = profiled(tmp_path, [*SRUN, "-n", "1"], keras, *script)
-    table = checked(run_dir, stderr, 1, {0})
-    assert "bottleneck: input" in table, table
+    shares(checked(run_dir, stderr, 1, {0}), "all-reduce")
 
 
 def test_mirrored(tmp_path: Path) -> None:
     script = (str(SCRIPTS / "profile_fit.py"), "compute", "mirrored")
     run_dir, stderr = profiled(tmp_path, [*SRUN, "-n", "1"], "2", *script, mode="mirrored")
-    checked(run_dir, stderr, 1, {0})
+    shares(checked(run_dir, stderr, 1, {0}), "all-reduce")
 
 
 def test_multiworker_keras3_a_communication_bound_script(tmp_path: Path) -> None:
@@ -92,8 +114,8 @@ def test_multiworker_keras3_a_communication_bound_script(tmp_path: Path) -> None
     script = (str(SCRIPTS / "profile_fit.py"), "comm", "multiworker")
     run_dir, stderr = profiled(tmp_path, [*SRUN, "-n", "3", "--overcommit"], "3", *script)
     assert run_dir.name.startswith("job")
-    table = checked(run_dir, stderr, 3, {0})
-    assert "bottleneck: collectives" in table, table
+    found = shares(checked(run_dir, stderr, 3, {0}), "all-reduce (MultiWorkerMirroredStrategy)")
+    assert found["collectives"] > 0  # TensorFlow's collective ops found in its own trace
 
 
 @pytest.mark.horovod
@@ -102,7 +124,7 @@ def test_horovod_under_srun_a_custom_loop(tmp_path: Path) -> None:
     launcher = [*SRUN, "--mpi=pmix", "-n", "2"]
     script = str(SCRIPTS / "hvd_tape.py")
     run_dir, stderr = profiled(tmp_path, launcher, "2", script, mode="horovod")
-    checked(run_dir, stderr, 2, {0, 1})
+    shares(checked(run_dir, stderr, 2, {0, 1}), "Horovod negotiation and all-reduce")
     timeline = (run_dir / "horovod-timeline.json").read_text()
     assert "NEGOTIATE_ALLREDUCE" in timeline
 
@@ -124,6 +146,4 @@ def test_horovod_under_mpirun_a_communication_bound_script(tmp_path: Path) -> No
         cwd=tmp_path,
     )
     (run_dir,) = (tmp_path / "ctrain-profile").iterdir()
-    table = checked(run_dir, log.read_text(), 2, {0, 1})
-    assert "Horovod negotiation and all-reduce" in table
-    assert "bottleneck: collectives" in table, table
+    shares(checked(run_dir, log.read_text(), 2, {0, 1}), "Horovod negotiation and all-reduce")

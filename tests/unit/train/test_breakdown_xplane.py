@@ -1,8 +1,5 @@
 """Reading TensorFlow's trace (train/breakdown.py's read_xplane) from an XSpace laid out as the
-profiler writes it: the session's start and stop (ns since the epoch) as stats of the "Task
-Environment" plane, events on the host's and the GPU's planes with their names in the plane's
-event metadata, each line's timestamp in ns from the profile's start and the events' offsets
-and durations in ps."""
+profiler writes it (tests/unit/train/xspace.py)."""
 
 from __future__ import annotations
 
@@ -10,40 +7,14 @@ import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from ctrain.train.breakdown import Trace, read_xplane
+from tests.unit.train.xspace import MS_PS, Event, add_environment, add_plane
 
 START_NS = 1_764_150_000_000_000_000
 STOP_NS = START_NS + 2_500_000_000  # 2.5 s later
-MS_PS = 1_000_000_000  # a millisecond in ps
-
-Event = tuple[str, int, int]  # name ("" for none in the metadata), offset and duration in ps
 
 
 def near(*values: float) -> tuple[object, ...]:
     return tuple(pytest.approx(v, rel=1e-9, abs=1e-12) for v in values)
-
-
-def add_plane(space: xplane_pb2.XSpace, name: str, lines: dict[int, list[Event]]) -> None:
-    """A plane with one line per timestamp (ns), ids in the metadata as XPlaneBuilder gives."""
-    plane = space.planes.add(id=len(space.planes), name=name)
-    ids: dict[str, int] = {}
-    for timestamp_ns, events in lines.items():
-        line = plane.lines.add(id=len(plane.lines), name=f"thread {timestamp_ns}")
-        line.timestamp_ns = timestamp_ns
-        for event_name, offset_ps, duration_ps in events:
-            if event_name and event_name not in ids:
-                ids[event_name] = len(ids) + 1
-                plane.event_metadata[ids[event_name]].id = ids[event_name]
-                plane.event_metadata[ids[event_name]].name = event_name
-            metadata_id = ids.get(event_name, 99)  # 99: an id without metadata
-            line.events.add(metadata_id=metadata_id, offset_ps=offset_ps, duration_ps=duration_ps)
-
-
-def add_environment(space: xplane_pb2.XSpace, stats: dict[str, int]) -> None:
-    plane = space.planes.add(id=len(space.planes), name="Task Environment")
-    for key, (name, value) in enumerate(stats.items(), start=1):
-        plane.stat_metadata[key].id = key
-        plane.stat_metadata[key].name = name
-        plane.stats.add(metadata_id=key, uint64_value=value)
 
 
 HOST: dict[int, list[Event]] = {
