@@ -301,7 +301,9 @@ def test_an_oras_sif_is_pulled_byte_for_byte(busybox: Path, tmp_path: Path) -> N
 
 
 def test_two_pulls_at_once_download_once(tmp_path: Path) -> None:
-    """The second pull waits on the first's lock, then finds the file up to date."""
+    """The second pull waits on the first's lock, then finds the file up to date. The first is
+    stopped (SIGSTOP) as soon as it holds the lock, until the second says it waits: the
+    second's start, however slow on a busy machine, cannot come after the first's end."""
     ref = f"docker-daemon://{ctrain_min_image()}"
     env = clean_env(CTRAIN_CACHE_DIR=str(tmp_path / "cache"), CTRAIN_MIN_FREE_GB="1")
     argv = [CTRAIN, "pull", "--runtime", "apptainer", ref]
@@ -319,9 +321,20 @@ def test_two_pulls_at_once_download_once(tmp_path: Path) -> None:
         if line.startswith("ctrain: pulling "):
             break
     assert said and said[-1].startswith("ctrain: pulling "), "".join(said)
-    second = start()
+    os.kill(first.pid, signal.SIGSTOP)  # apptainer goes on; ctrain keeps the lock
+    try:
+        second = start()
+        assert second.stderr is not None
+        waited = []
+        for line in second.stderr:
+            waited.append(line)
+            if "waiting for another pull of " in line:
+                break
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     first_out, first_err = first.communicate(timeout=600)
     second_out, second_err = second.communicate(timeout=600)
+    second_err = "".join(waited) + second_err
     assert first.returncode == 0, "".join(said) + first_err
     assert second.returncode == 0, second_err
     assert first_out.startswith("pulled ") and second_out.startswith("up to date: "), second_out
