@@ -60,9 +60,19 @@ emptied() {
     [ -z "${FRESH_STATE_HIDE:-}" ] || tr : '\n' <<<"$FRESH_STATE_HIDE"
 }
 
+# run COMMAND...: COMMAND as a child of this shell, which stays the sandbox's first process (PID 1,
+# to which every orphan goes) and reaps any child, as an init does; a program that is not written
+# to be one may not (GNU make 4.3, .ci/run's, spun at full CPU in reap_children as PID 1). The
+# sandbox ends with COMMAND, with its exit status.
+run() {
+    local rc=0
+    "$@" || rc=$?
+    exit "$rc"
+}
+
 # inside NETWORK STATE PATHS COMMAND...: in the new namespaces, lay the sandbox out in STATE, remove
 # PATHS (one a line, globs allowed), bind the checkout back, give a network of its own
-# (NETWORK=sandbox) a loopback and an address, then exec COMMAND.
+# (NETWORK=sandbox) a loopback and an address, then run COMMAND.
 inside() {
     local network=$1 state=$2 paths=$3 dir path ok kept='' empty
     shift 3
@@ -104,7 +114,7 @@ inside() {
         mkdir -p "$CHECKOUT"
         mount --move "$kept" "$CHECKOUT"
     fi
-    [ "$network" = sandbox ] || exec "$@"
+    [ "$network" = sandbox ] || run "$@"
     ip link set lo up
     # A machine has an address besides loopback's, and programs that resolve names with
     # AI_ADDRCONFIG (Slurm's, for one) find no IPv4 address at all without one: a veth pair (this
@@ -113,7 +123,7 @@ inside() {
     ip addr add "$IFACE_ADDR" dev "$IFACE"
     ip link set "$IFACE-peer" up
     ip link set "$IFACE" up
-    exec "$@"
+    run "$@"
 }
 
 main() {

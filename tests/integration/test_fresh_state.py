@@ -100,6 +100,25 @@ def test_a_checkout_under_tmp_is_seen_and_written_and_a_hidden_directory_is_empt
 
 
 @pytest.mark.sandbox
+def test_the_command_is_a_child_of_a_first_process_that_reaps_orphans() -> None:
+    # The orphan goes to PID 1: fresh-state.sh's shell (GNU make as PID 1 spun, .ci/run's).
+    proc = in_fresh_state(
+        """
+        echo "pid 1: $(tr '\\0' '\\n' </proc/1/cmdline | sed -n 2p), the command's pid: $$"
+        setsid sh -c 'sleep 0.2' &
+        sleep 1
+        echo "zombies: $(ps -eo stat= | grep -c '^Z' || true)"
+        """,
+        60,
+    )
+    assert proc.returncode == 0, proc.stdout
+    first, zombies = proc.stdout.splitlines()
+    assert first.startswith(f"pid 1: {REPO}/scripts/fresh-state.sh, the command's pid: "), first
+    assert not first.endswith(": 1")
+    assert zombies == "zombies: 0"
+
+
+@pytest.mark.sandbox
 def test_a_hidden_directory_must_be_absolute() -> None:
     proc = in_fresh_state("true", 60, FRESH_STATE_HIDE="/var/cache:relative")
     assert proc.returncode == 1
