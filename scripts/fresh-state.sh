@@ -29,6 +29,7 @@
 # When COMMAND ends, every process it started ends with the PID namespace, and the sandbox's
 # files are removed (FRESH_STATE_KEEP=1 keeps them and prints where). The exit status is COMMAND's.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure in $(layers ...) stops it too
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CHECKOUT=$(cd "$HERE/.." && pwd -P)
@@ -52,6 +53,31 @@ under() {
         case "$path/" in $dir/*) return 0 ;; esac
     done
     return 1
+}
+
+# layers DIR STATE: the lower directories of the sandbox's overlay on DIR. Where DIR is no overlay,
+# DIR itself, bound read-only to STATE/lower/DIR first, so that the overlay's options name a path
+# that stays this machine's DIR. Where DIR is an overlay already (a sandbox in a sandbox: the
+# tests' sandboxes in scripts/cold-ci.sh's), that overlay's upper and lower directories: the
+# kernel stacks overlays two deep at most.
+layers() {
+    local dir=$1 state=$2 opts opt upper='' lower=''
+    # The last mount on DIR is the one seen there.
+    opts=$(findmnt -n -o FSTYPE,FS-OPTIONS --mountpoint "$dir" | tail -n 1) || true  # none: 1
+    if [ "${opts%% *}" != overlay ]; then
+        mkdir -p "$state/lower$dir"
+        mount --bind -o ro "$dir" "$state/lower$dir"
+        echo "$state/lower$dir"
+        return
+    fi
+    IFS=, read -ra opts <<<"${opts#* }"
+    for opt in "${opts[@]}"; do
+        case "$opt" in
+            lowerdir=*) lower=${opt#lowerdir=} ;;
+            upperdir=*) upper=${opt#upperdir=} ;;
+        esac
+    done
+    echo "${upper:+$upper:}$lower"
 }
 
 # The directories the sandbox replaces with empty ones, one a line: EMPTY's and FRESH_STATE_HIDE's.
@@ -86,7 +112,8 @@ inside() {
     for dir in "${OVERLAID[@]}"; do
         mkdir -p "$state/upper$dir" "$state/work$dir"
         mount -t overlay overlay \
-            -o "lowerdir=$dir,upperdir=$state/upper$dir,workdir=$state/work$dir" "$dir"
+            -o "lowerdir=$(layers "$dir" "$state"),upperdir=$state/upper$dir,workdir=$state/work$dir" \
+            "$dir"
     done
     mount -t tmpfs -o mode=0755 tmpfs /run
     for dir in "${empty[@]}"; do

@@ -11,9 +11,6 @@ starts ends with it. The checkout stays visible wherever it lies, under /tmp inc
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,31 +19,10 @@ import pytest
 
 from tests.helpers import REPO
 
+from .fresh_state import in_fresh_state
+
 # What fresh-state.sh runs: itself and the two scripts whose `paths` it reads.
 SCRIPTS = ("fresh-state.sh", "services.sh", "cluster.sh", "apptainer.sh")
-
-
-def in_fresh_state(
-    script: str, timeout: float, checkout: Path = REPO, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """Run bash SCRIPT in ``checkout``, in a new sandbox of that checkout's fresh-state.sh; kill
-    the whole sandbox on a timeout."""
-    proc = subprocess.Popen(
-        [str(checkout / "scripts" / "fresh-state.sh"), "bash", "-euo", "pipefail", "-c", script],
-        cwd=checkout,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"timed out after {timeout} s:\n{out}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
 
 
 @pytest.fixture
@@ -97,6 +73,32 @@ def test_a_checkout_under_tmp_is_seen_and_written_and_a_hidden_directory_is_empt
         ], proc.stdout
         assert (checkout / "written").read_text() == "written\n"
         assert sorted(p.name for p in Path(hidden).iterdir()) == ["cached"]
+
+
+# Three sandboxes deep (CI's in scripts/cold-ci.sh, a test's, and the one cold-ci.sh's test starts):
+# each sees what the one around it wrote and removed (munge's key, a state path), and keeps its own.
+NESTED = """
+echo outer >/etc/ctrain-outer
+scripts/fresh-state.sh bash -c '
+    echo middle >/etc/ctrain-middle
+    scripts/fresh-state.sh bash -c "
+        cat /etc/ctrain-outer /etc/ctrain-middle
+        test -e /etc/munge/munge.key || echo no key
+        echo inner >/etc/ctrain-inner
+    "
+    test -e /etc/ctrain-inner || echo inner gone
+'
+test -e /etc/ctrain-middle || echo middle gone
+"""
+
+
+@pytest.mark.sandbox
+def test_a_sandbox_in_a_sandbox_in_a_sandbox() -> None:
+    assert Path("/etc/munge/munge.key").exists()  # what the outer sandbox removes
+    proc = in_fresh_state(NESTED, 60)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines() == ["outer", "middle", "no key", "inner gone", "middle gone"]
+    assert not Path("/etc/ctrain-outer").exists()
 
 
 @pytest.mark.sandbox
