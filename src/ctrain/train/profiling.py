@@ -157,15 +157,23 @@ class Profiler:
         return text
 
     def _horovod_collectives(self) -> list[breakdown.Interval]:
+        """The timeline's collectives once Horovod's writer thread, which flushes on its own
+        after ``stop_timeline``, has left the file unchanged for one look (a file read while it
+        is still written may parse, and miss the last steps' collectives)."""
         path = self.tools.timeline
-        deadline = time.monotonic() + 5.0  # Horovod's writer thread flushes on its own
+        deadline = time.monotonic() + 5.0
+        seen: str | None = None
         while True:
             try:
-                return breakdown.read_horovod_timeline(path.read_text(encoding="utf-8"))
+                text = path.read_text(encoding="utf-8")
+                if text == seen:
+                    return breakdown.read_horovod_timeline(text)
+                seen = text
             except (OSError, ValueError):
-                if time.monotonic() > deadline:
-                    return []
-                time.sleep(0.2)
+                seen = None
+            if time.monotonic() > deadline:
+                return []
+            time.sleep(0.2)
 
 
 def rank_times(folder: Path, size: int, deadline: float) -> list[breakdown.RankTime]:

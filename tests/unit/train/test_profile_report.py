@@ -6,6 +6,7 @@ table's shape only: which share is the largest there depends on the machine's lo
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,26 @@ def test_horovods_collectives_come_from_its_timeline_on_the_traces_clock(
     assert lines[0] == "  input            10.0 %   waiting for the next batch (tf.data)"
     assert lines[2] == f"{collectives}   Horovod negotiation and all-reduce in flight"
     assert lines[3] == f"  bottleneck: {bottleneck} (docs/profiling.md: what to try)"
+
+
+def test_a_timeline_still_being_written_is_read_once_it_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Horovod's writer thread flushes after stop_timeline on its own: a timeline that parses
+    but is still growing (its first span alone) is not taken; the whole one is. The rest is
+    written while the reader first waits (its sleep), so no verdict hangs on a thread's timing."""
+    traced(tmp_path, [*fetches((0.0, 0.2)), ("CollectiveReduceV2", 0, 2 * S_PS)])
+    timeline(tmp_path, 0.5, [(0.0, 0.6), (0.7, 1.2)])
+    whole = (tmp_path / TIMELINE).read_text()
+    timeline(tmp_path, 0.5, [(0.0, 0.6)])
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if not waits:
+            (tmp_path / TIMELINE).write_text(whole)
+        waits.append(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    lines = shares_of(tmp_path, Mode.HOROVOD, 2)
+    assert lines[2] == "  collectives      55.0 %   Horovod negotiation and all-reduce in flight"
+    assert len(waits) == 2  # the growing file, then the whole one seen twice
