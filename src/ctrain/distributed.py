@@ -196,7 +196,7 @@ class Context:
         their batches, so keep each epoch's data order the same across restarts (no reshuffle,
         or ``shuffle(..., seed=S, reshuffle_each_iteration=False)``). The learning rate stays the
         one the script set (warm-up and schedules recompute it) unless ``restore_lr``.
-        Also installs the SIGUSR2 handler, so a signal from now on is not fatal.
+        Also installs the SIGUSR2 and SIGTERM handler, so a signal from now on is not fatal.
         """
         from ctrain.train import preemption
 
@@ -215,8 +215,10 @@ class Context:
         check_every: int = 1,
     ) -> list[Any]:
         """A callback that checkpoints to ``path`` (atomically, the chief; see ``resume``) every
-        ``every_epochs`` epochs and, when SIGUSR2 arrives on any rank, after the current step
-        on all ranks, then exits with ``REQUEUE_EXIT_CODE`` so the job script requeues the job.
+        ``every_epochs`` epochs and, when SIGUSR2 or SIGTERM arrives on any rank, after the
+        current step on all ranks, then exits with ``REQUEUE_EXIT_CODE`` so the job script
+        requeues the job (after SIGTERM within CTRAIN_STOP_BUDGET seconds, or without a
+        checkpoint).
         Put it last in ``fit``'s callbacks. ``keep`` checkpoints are kept; ``check_every``
         steps the ranks agree whether to stop (one small allreduce)."""
         from ctrain.train import preemption
@@ -307,7 +309,14 @@ def _tf_strategy(placed: Launched) -> Any:
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=implementation, timeout_seconds=placed.collective_timeout
     )
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    # TensorFlow's coordination service has just installed a SIGTERM handler that only records
+    # the signal: a script would train on until SIGKILL. SIGTERM ends it again, unless ctrain's
+    # stop handler (ctx.resume, ctx.preemption_callbacks) takes it.
+    from ctrain.train import stopping
+
+    stopping.default_sigterm()
+    return strategy
 
 
 def _horovod(placed: Launched, environ: Mapping[str, str]) -> Any:

@@ -211,6 +211,12 @@ class Settings:
         metavar="RANKS",
     )
     data_dir: str | None = _row(None, "datasets (else TFDS_DATA_DIR, ~/tensorflow_datasets)", _text)
+    stop_budget: int = _row(
+        25,
+        "seconds from SIGTERM within which a training checkpoints and exits, or else ends "
+        "without a checkpoint (below Slurm's KillWait, 30 s by default, or GraceTime)",
+        _positive_int,
+    )
     doctor_network: bool = _row(
         False, "check the interconnect instead (ctrain doctor)", _flag, flag="--network"
     )

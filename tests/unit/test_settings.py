@@ -195,7 +195,7 @@ KNOWN = (
     "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, image_python, dry_run, "
     "show_secrets, "
     "min_free_gb, build_tmpdir, progress, keep_proxies, quiet, keras, tune, skip_mpi_check, "
-    "profile, profile_dir, profile_ranks, data_dir, "
+    "profile, profile_dir, profile_ranks, data_dir, stop_budget, "
     "doctor_network, check_network, "
     "bench_workers, bench_model, bench_batch, bench_image_size, bench_steps, bench_iters, "
     "bench_warmup, bench_threads, bench_launcher, bench_launcher_args, bench_script, "

@@ -1,9 +1,11 @@
 """Surviving the time limit and preemption: stop on a signal, checkpoint, requeue, resume.
 
 The job scripts in jobs/ ask Slurm for SIGUSR2 some minutes before the time limit and forward it
-to every rank. Here, on every rank:
+to every rank; Slurm sends SIGTERM to every rank when it ends a job otherwise (scancel,
+requeue, preemption). Here, on every rank:
 
-- a handler records the signal (nothing else happens in the handler);
+- a handler records the signal (nothing else happens in the handler; ``stopping``: SIGTERM's
+  budget, and a second SIGTERM or a SIGINT that ends the process at once);
 - at the end of each training step all ranks agree whether any of them got it (a sum over
   ranks: Horovod's allreduce, or the MultiWorkerMirroredStrategy's own), so they all stop after
   the same step;
@@ -26,50 +28,26 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from ctrain.errors import REQUEUE_EXIT_CODE, CheckpointError
 from ctrain.names import Mode
+from ctrain.settings import resolve
 from ctrain.train import checkpoints
+from ctrain.train.stopping import STOP as STOP
 
 Callback = tf.keras.callbacks.Callback
 
 
-class StopRequest:
-    """The signals this process received (signals are process-wide, so is this)."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        if not self.received:
-            name = signal.Signals(signum).name
-            print(
-                f"ctrain: got {name}: finishing this step, then checkpoint and requeue",
-                file=sys.stderr,
-                flush=True,
-            )
-        self.received.append(signum)
-
-    @property
-    def requested(self) -> bool:
-        return bool(self.received)
-
-
-STOP = StopRequest()
-DEFAULT_SIGNALS = (signal.SIGUSR2,)
-
-
-def install(signals: Iterable[int] = DEFAULT_SIGNALS) -> None:
-    """Record ``signals`` instead of dying of them (main thread only; safe to repeat)."""
-    for signum in signals:
-        if signal.getsignal(signum) != STOP.handler:
-            signal.signal(signum, STOP.handler)
+def install() -> None:
+    """Record SIGUSR2 and SIGTERM instead of dying of them, with the budget the settings give
+    (main thread only; safe to repeat, and repeated where TensorFlow may have taken SIGTERM)."""
+    budget = resolve({}, os.environ, Path.cwd()).stop_budget
+    STOP.install(budget)
 
 
 def agree(ctx: Any, local: bool, name: str = "ctrain.stop") -> bool:
@@ -180,8 +158,9 @@ class Policy(NamedTuple):
 
 
 class Preemption(Callback):  # type: ignore[misc,valid-type]
-    """Checkpoint every ``every_epochs`` epochs, and on SIGUSR2 (agreed by all ranks) after the
-    current step; then exit with REQUEUE_EXIT_CODE (unless ``exit=False``: read ``stopped``).
+    """Checkpoint every ``every_epochs`` epochs, and on SIGUSR2 or SIGTERM (agreed by all ranks)
+    after the current step; then exit with REQUEUE_EXIT_CODE (unless ``exit=False``: read
+    ``stopped``).
 
     Put it after the callbacks whose end-of-training work matters: its exit ends ``fit``.
     """
@@ -222,6 +201,7 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
             self._directory = self.path if self.ctx.is_chief else self.ctx.checkpoint_dir(self.path)
         self.stopped = False
         self._resumed = self.ctx._preemption.get("resumed", (0, 0))
+        install()  # again: a strategy made since may have taken SIGTERM
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
@@ -264,6 +244,7 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
             whole = steps is not None and self._done >= steps
             self._save(*((epoch + 1, 0) if whole else (epoch, self._done)))
             agree(self.ctx, True, name="ctrain.saved")  # nobody exits before the chief wrote
+            STOP.saved()
             if whole and epoch + 1 == last:
                 self.stopped = False  # that was the last step anyway: done, nothing to requeue
             return
