@@ -5,21 +5,28 @@ module made without a group gets it added).
 What it needs and why:
 - group ``docker``: ``ctrain exec --runtime docker`` as the user reaches the Docker socket;
 - subordinate uids and gids: rootless podman (useradd grants them where /etc/subuid exists);
-- a home directory it owns: ch-run, podman and apptainer keep state there.
+- a home directory it owns: ch-run, podman and apptainer keep state there;
+- ctrain's source where it can read it (``user_source``): the checkout may lie where it cannot
+  (under /root, mode 700).
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import grp
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 TEST_USER = "ctrain-test"
 TEST_USER_GROUPS = ("docker",)
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 TIMEOUT = 30
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _run(*argv: str) -> None:
@@ -79,3 +86,19 @@ def _group_exists(name: str) -> bool:
     except KeyError:
         return False
     return True
+
+
+@functools.cache
+def user_source() -> Path:
+    """A directory to put first on the test user's PYTHONPATH: a copy of this checkout's ctrain
+    under /var/tmp, readable by every user wherever the checkout lies, made once per run and
+    removed when it ends."""
+    directory = Path(tempfile.mkdtemp(prefix="ctrain-src-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, directory, True)
+    directory.chmod(0o755)
+    shutil.copytree(
+        SRC / "ctrain", directory / "ctrain", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return directory

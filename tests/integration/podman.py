@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tests.helpers import REGISTRY, need, registry_up
+from tests.users import user_source
 
-from .images import BUSYBOX, REPO, busybox_tar
+from .images import BUSYBOX, busybox_tar
 from .jobs import clean_env
 
 TIMEOUT = 180
@@ -71,9 +72,10 @@ def pull_events(ref: str, since: float) -> list[str]:
 
 
 def as_user(user: str, home: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``ctrain ARGS`` as ``user`` (other than root: on rootless podman), from the source tree
-    on Debian's own Python: the venv lives under /root, which other users cannot enter."""
-    env = clean_env(HOME=home, PYTHONPATH=str(REPO / "src"), USER=user, LOGNAME=user)
+    """``ctrain ARGS`` as ``user`` (other than root: on rootless podman), from a copy of the
+    source tree (``user_source``) on Debian's own Python: the venv and the checkout may lie
+    under /root, which other users cannot enter."""
+    env = clean_env(HOME=home, PYTHONPATH=str(user_source()), USER=user, LOGNAME=user)
     env.pop("XDG_RUNTIME_DIR", None)  # root's; podman finds the user's own
     return subprocess.run(
         ["runuser", "-u", user, "--", "/usr/bin/python3", "-m", "ctrain", *args],

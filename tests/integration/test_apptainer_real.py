@@ -28,10 +28,10 @@ from ctrain.images import sif_header
 from ctrain.images.record import IMAGES_DIR, archive_stamp, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
 from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, run_ctrain, wait_for
-from tests.users import TEST_USER
+from tests.users import TEST_USER, user_source
 
 from . import passthrough
-from .images import REPO, busybox_base, ctrain_min_image
+from .images import busybox_base, ctrain_min_image
 from .jobs import clean_env, run
 
 TIMEOUT = 180
@@ -625,11 +625,11 @@ def test_an_overlay_in_use_is_refused_before_launch_as_apptainer_would(
 
 
 def as_user(user: pwd.struct_passwd, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``ctrain exec --runtime apptainer ARGS`` as the test user, from the source tree on Debian's
-    Python (the venv lives under /root)."""
+    """``ctrain exec --runtime apptainer ARGS`` as the test user, from a copy of the source tree
+    (``user_source``) on Debian's Python (the venv and the checkout may lie under /root)."""
     env = clean_env(
         HOME=user.pw_dir,
-        PYTHONPATH=str(REPO / "src"),
+        PYTHONPATH=str(user_source()),
         USER=TEST_USER,
         LOGNAME=TEST_USER,
         PATH=f"/usr/local/bin:{SYSTEM_PATH}",

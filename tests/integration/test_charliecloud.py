@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CTRAIN, SYSTEM_PATH, wait_for
-from tests.users import TEST_USER
+from tests.users import TEST_USER, user_source
 
 from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
-from .images import REPO
 from .jobs import SCRIPTS, clean_env, run
 from .multinode import probe, reports, same_weights
 
@@ -51,8 +50,9 @@ def work(test_user: pwd.struct_passwd) -> Iterator[Path]:
 
 
 def as_user(user: pwd.struct_passwd, *args: str, **env: str) -> list[str]:
-    """ctrain exec --runtime charliecloud as the test user, from the source tree on Debian's
-    Python (the venv lives under /root); runuser sets USER, which ch-run needs."""
+    """ctrain exec --runtime charliecloud as the test user, from a copy of the source tree
+    (``user_source``) on Debian's Python (the venv and the checkout may lie under /root);
+    runuser sets USER, which ch-run needs."""
     return [
         "runuser",
         "-u",
@@ -60,7 +60,7 @@ def as_user(user: pwd.struct_passwd, *args: str, **env: str) -> list[str]:
         "--",
         "env",
         *(f"{k}={v}" for k, v in env.items()),
-        f"PYTHONPATH={REPO / 'src'}",
+        f"PYTHONPATH={user_source()}",
         "/usr/bin/python3",
         "-m",
         "ctrain",

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CTRAIN
-from tests.users import TEST_USER
+from tests.users import TEST_USER, user_source
 
 from . import passthrough
-from .images import REPO, ctrain_min_image
+from .images import ctrain_min_image
 from .jobs import clean_env, run
 
 pytestmark = pytest.mark.docker
@@ -77,13 +77,13 @@ def test_read_only_bind_is_read_only(image: str, tmp_path: Path) -> None:
 def test_files_written_to_a_bind_belong_to_the_caller(
     image: str, test_user: pwd.struct_passwd
 ) -> None:
-    # The test user runs ctrain from the source tree on Debian's own Python (the venv lives
-    # under /root, which other users cannot enter).
+    # The test user runs ctrain from a copy of the source tree (user_source) on Debian's own
+    # Python (the venv and the checkout may lie under /root, which other users cannot enter).
     work = Path(tempfile.mkdtemp(prefix="ctrain-owner-"))
     try:
         work.chmod(0o755)
         os.chown(work, test_user.pw_uid, test_user.pw_gid)
-        env = clean_env(HOME=test_user.pw_dir, PYTHONPATH=str(REPO / "src"))
+        env = clean_env(HOME=test_user.pw_dir, PYTHONPATH=str(user_source()))
         done = subprocess.run(
             [
                 "runuser",

@@ -32,7 +32,7 @@ import pytest
 import ctrain
 from ctrain import matrix
 from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
-from tests.users import TEST_USER
+from tests.users import TEST_USER, user_source
 
 from .images import DEFAULT, busybox_base, foreign
 from .images.foreign import layered
@@ -248,14 +248,15 @@ def test_horovod_under_srun_pmix_in_a_foreign_sif(foreign_sif: Path, work: Path)
 def test_a_plain_user_runs_a_foreign_sif(
     foreign_sif: Path, test_user: pwd.struct_passwd, tmp_path: Path
 ) -> None:
-    """As the test user, from the source tree on Debian's Python: the carried ctrain is the
-    checkout's, click Debian's; the SIF is extracted (no /dev/fuse for users here)."""
+    """As the test user, from a copy of the source tree (``user_source``) on Debian's Python:
+    the carried ctrain is the checkout's, click Debian's; the SIF is extracted (no /dev/fuse
+    for users here)."""
     work = Path(tempfile.mkdtemp(dir="/var/tmp"))
     try:
         shutil.copy(SCRIPTS / "train_tiny.py", work)
         shutil.chown(work, test_user.pw_uid, test_user.pw_gid)
         env = clean_env(
-            HOME=test_user.pw_dir, PYTHONPATH=str(REPO / "src"), USER=TEST_USER,
+            HOME=test_user.pw_dir, PYTHONPATH=str(user_source()), USER=TEST_USER,
             LOGNAME=TEST_USER, PATH=f"/usr/local/bin:{SYSTEM_PATH}",
         )  # fmt: skip
         argv = [RUNUSER, "-u", TEST_USER, "--", "/usr/bin/python3", "-m", "ctrain", "exec",
