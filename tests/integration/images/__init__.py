@@ -180,9 +180,10 @@ def other_cpu_images() -> list[str]:
 
 @once
 def gpu_image() -> str:
-    """The GPU image of the default TensorFlow (ctrain:TAG), built on this GPU-less machine."""
-    base = base_image()
+    """The GPU image of the default TensorFlow (ctrain:TAG), built on this GPU-less machine (its
+    wheels first: their download needs no base image)."""
     wheelhouse("gpu", DEFAULT)
+    base = base_image()
     make("image", f"BASE_IMAGE={base}", f"TF_VERSION={DEFAULT}")
     return f"ctrain:{TAG}"
 
