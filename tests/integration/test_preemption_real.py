@@ -1,7 +1,8 @@
 """Stop on SIGUSR2, checkpoint, resume, with real TensorFlow and Horovod but without a job
 script: the signal at the last step of an epoch, in the middle of one, on one rank only (all
 ranks agree on the step), at the very last step (then it is simply done), and a checkpoint
-from another configuration refused."""
+from another configuration refused. And the SIGTERM handler TensorFlow's multiworker strategy
+installs, taken back by ctrain's start-up hook. (SIGTERM from Slurm: test_sigterm_real.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import CheckpointError
+from ctrain.launch.keras import STARTUP_HOOK
+from ctrain.names import Launched, Mode
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
-from tests.helpers import CTRAIN
+from ctrain.util.shipped import shipped_dir
+from tests.helpers import CTRAIN, SRC
 
 from .jobs import BIN, SCRIPTS, clean_env
 
@@ -90,3 +94,43 @@ def test_horovod_ranks_agree_to_stop_when_one_is_signalled(tmp_path: Path) -> No
     resumed = [r for r in lines(tmp_path / "runs.jsonl") if r["restart"] == 1]
     assert [r["start"] for r in resumed] == [[1, 6], [1, 6]]
     assert weights(tmp_path, 0) == weights(tmp_path, 1)
+
+
+SIGTERM_PROBE = """
+import json, os, signal, socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+cluster = {"worker": [f"127.0.0.1:{port}"]}
+os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+import tensorflow as tf
+
+def caught():
+    status = open(f"/proc/{os.getpid()}/status").read()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
+
+before = caught()
+tf.distribute.MultiWorkerMirroredStrategy()
+print(json.dumps([before, caught()]))
+"""
+
+
+@pytest.mark.parametrize(("hooked", "caught"), [(False, [False, True]), (True, [False, False])])
+def test_the_multiworker_strategy_takes_sigterm_and_the_start_up_hook_gives_it_back(
+    tmp_path: Path, hooked: bool, caught: list[bool]
+) -> None:
+    """Without the hook, TensorFlow's handler (it only records the signal) holds SIGTERM after
+    the strategy is made; with it, as ``ctrain launch`` gives every multiworker script, the
+    default is back: a script that never calls ctrain ends on SIGTERM."""
+    launched = Launched(Mode.MULTIWORKER, 0, 1, 0, 1, "auto", 600).to_env()
+    path = [str(shipped_dir(STARTUP_HOOK))] if hooked else []
+    env = clean_env(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=":".join([*path, SRC]), **launched)
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", SIGTERM_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == caught

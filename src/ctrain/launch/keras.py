@@ -11,7 +11,7 @@ from ctrain.names import AUTO, KERAS_2, Mode
 from ctrain.util.shipped import shipped_dir
 
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"  # TensorFlow's switch: tf.keras is tf-keras, not Keras 3
-STARTUP_HOOK = "train/startup"  # package data: sitecustomize of Keras 3 multiworker and --profile
+STARTUP_HOOK = "train/startup"  # package data: sitecustomize of multiworker and --profile
 
 
 def script_of(command: Sequence[str]) -> str | None:
@@ -67,11 +67,11 @@ def keras_environment(
     environ: Mapping[str, str], choice: str, script_imports_keras: bool, profile: bool, mode: Mode
 ) -> dict[str, str]:
     """TF_USE_LEGACY_KERAS, and the start-up hook first on PYTHONPATH where the script needs
-    it: Keras 3 in multiworker mode, or ``--profile`` (train/startup/sitecustomize.py)."""
+    it: multiworker mode (SIGTERM; Keras 3), or ``--profile`` (train/startup/sitecustomize.py)."""
     exported = environ.get(LEGACY_KERAS)
     legacy = legacy_keras(choice, script_imports_keras, exported)
     env = {} if choice == AUTO and exported is not None else {LEGACY_KERAS: "1" if legacy else "0"}
-    if (mode is Mode.MULTIWORKER and not legacy) or profile:
+    if mode is Mode.MULTIWORKER or profile:
         path = [str(shipped_dir(STARTUP_HOOK)), environ.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = ":".join(part for part in path if part)
     return env

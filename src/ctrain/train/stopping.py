@@ -25,10 +25,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from types import FrameType
+from collections.abc import Callable, Mapping
+from types import FrameType, ModuleType
+from typing import Any
 
 from ctrain.errors import REQUEUE_EXIT_CODE
+from ctrain.names import ENV_LAUNCH_MODE, Mode
 
 STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 AT_ONCE = (signal.SIGINT,)  # Python's own handler stays; the watcher ends the process
@@ -191,6 +193,37 @@ def default_sigterm() -> None:
     that only records it): for a script that does not use ctrain's stop handler."""
     if signal.getsignal(signal.SIGTERM) != STOP.handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+STRATEGY_MODULE = "tensorflow.python.distribute.collective_all_reduce_strategy"
+
+
+def needed(environ: Mapping[str, str]) -> bool:
+    """Whether this process trains in multiworker mode (what ctrain launch set)."""
+    return environ.get(ENV_LAUNCH_MODE) == Mode.MULTIWORKER.value
+
+
+def arm_default_sigterm() -> None:
+    """For a script that never calls ctrain (the start-up hook): SIGTERM's default back after
+    each MultiWorkerMirroredStrategy is made, once TensorFlow's module is imported."""
+    from ctrain.train.after_import import when_imported
+
+    when_imported(STRATEGY_MODULE, _after_each_strategy)
+
+
+def _after_each_strategy(module: ModuleType) -> None:
+    strategy = module.CollectiveAllReduceStrategy
+    made = strategy.__init__
+    if getattr(made, "ctrain_default_sigterm", False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        with contextlib.suppress(ValueError):  # made in another thread than the main one
+            default_sigterm()
+
+    __init__.ctrain_default_sigterm = True  # type: ignore[attr-defined]
+    strategy.__init__ = __init__
 
 
 STOP = StopRequest()

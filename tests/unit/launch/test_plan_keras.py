@@ -102,14 +102,15 @@ def test_a_keras3_script_gets_keras3_and_in_multiworker_the_hook() -> None:
     assert "PYTHONPATH" not in horovod
 
 
-def test_a_tf_keras_script_gets_tf_keras_and_no_hook() -> None:
+def test_a_tf_keras_script_gets_tf_keras_and_in_multiworker_the_hook() -> None:
     env = plan_env("multiworker", AUTO, False, {})
     assert env[LEGACY_KERAS] == "1"
-    assert "PYTHONPATH" not in env
+    assert env["PYTHONPATH"] == str(shipped_dir(STARTUP_HOOK))  # SIGTERM's default back
+    for mode in ("horovod", "mirrored"):
+        assert "PYTHONPATH" not in plan_env(mode, AUTO, False, {})
 
 
 def test_an_exported_choice_is_kept_under_auto_and_overridden_by_ctrain_keras() -> None:
     assert LEGACY_KERAS not in plan_env("multiworker", AUTO, True, {LEGACY_KERAS: "1"})
     forced = plan_env("multiworker", KERAS_2, True, {LEGACY_KERAS: "0"})
     assert forced[LEGACY_KERAS] == "1"
-    assert "PYTHONPATH" not in forced

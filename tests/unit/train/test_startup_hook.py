@@ -14,10 +14,11 @@ from ctrain.util.shipped import shipped_dir
 
 PROBE = (
     "import sys\n"
-    "from ctrain.train import after_import, keras3_mwms, steps\n"
+    "from ctrain.train import after_import, keras3_mwms, steps, stopping\n"
     "print(after_import.waiting_for(keras3_mwms.TRAINER))\n"
     "print(after_import.waiting_for(steps.FUNCTION))\n"
     "print(getattr(sys.modules.get('sitecustomize'), '__file__', None))\n"
+    "print(after_import.waiting_for(stopping.STRATEGY_MODULE))\n"
 )
 # what ctrain launch hands a rank (names.Launched, names.Profiled)
 MULTIWORKER_KERAS3 = {
@@ -50,7 +51,13 @@ def test_the_hook_arms_the_fix_and_runs_the_sitecustomize_it_shadows(tmp_path: P
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("print('site-specific start-up ran')\n")
     lines = start_python(tmp_path, MULTIWORKER_KERAS3, hook, str(theirs))
-    assert lines == ["site-specific start-up ran", "True", "False", f"{hook}/sitecustomize.py"]
+    assert lines == [
+        "site-specific start-up ran",
+        "True",
+        "False",
+        f"{hook}/sitecustomize.py",
+        "True",
+    ]
 
 
 def test_the_hook_arms_the_step_hooks_for_profile(tmp_path: Path) -> None:
@@ -64,3 +71,13 @@ def test_the_hook_arms_the_step_hooks_for_profile(tmp_path: Path) -> None:
 
 def test_without_the_hook_nothing_is_armed(tmp_path: Path) -> None:
     assert start_python(tmp_path, {**MULTIWORKER_KERAS3, **PROFILE})[:2] == ["False", "False"]
+
+
+def test_the_hook_gives_sigterm_back_after_each_multiworker_strategy(tmp_path: Path) -> None:
+    """TensorFlow's MultiWorkerMirroredStrategy installs a SIGTERM handler that only records
+    the signal (its real effect: tests/integration/test_preemption_real.py)."""
+    hook = str(shipped_dir(STARTUP_HOOK))
+    tf_keras = {**MULTIWORKER_KERAS3, "TF_USE_LEGACY_KERAS": "1"}
+    assert start_python(tmp_path, tf_keras, hook)[-1] == "True"
+    horovod = {**tf_keras, **Launched(Mode.HOROVOD, 0, 2, 0, 1, "auto", 600).to_env()}
+    assert start_python(tmp_path, horovod, hook)[-1] == "False"

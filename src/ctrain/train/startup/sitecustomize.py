@@ -5,6 +5,8 @@ one of these (launch/plan.py), and Python imports this module at start-up:
 
 - multiworker mode on Keras 3: arms ctrain's fix of Keras 3's multi-worker trainer
   (ctrain/train/keras3_mwms.py, applied when the script imports Keras);
+- multiworker mode: SIGTERM's default back after TensorFlow's MultiWorkerMirroredStrategy
+  installs its own handler, which only records the signal (ctrain/train/stopping.py);
 - ``--profile``: arms the step hooks that trace the chosen steps (ctrain/train/steps.py).
 
 Each waits for the module it changes, so nothing heavy is imported here. Then it runs the
@@ -20,11 +22,13 @@ import sys
 
 def _arm() -> None:
     try:
-        from ctrain.train import keras3_mwms, steps
+        from ctrain.train import keras3_mwms, steps, stopping
     except ImportError:
         return
     if keras3_mwms.needed(os.environ):
         keras3_mwms.arm()
+    if stopping.needed(os.environ):
+        stopping.arm_default_sigterm()
     steps.arm_from(os.environ)
 
 
