@@ -28,6 +28,8 @@
 # step), /dev (services.sh makes /dev/nvidia0..3 there when missing), the kernel's settings.
 # When COMMAND ends, every process it started ends with the PID namespace, and the sandbox's
 # files are removed (FRESH_STATE_KEEP=1 keeps them and prints where). The exit status is COMMAND's.
+# The FRESH_STATE_* settings are this sandbox's: COMMAND's environment has none of them, so a
+# sandbox COMMAND starts (the tests' own, in scripts/cold-ci.sh's) gets a network of its own.
 set -euo pipefail
 shopt -s inherit_errexit  # a failure in $(layers ...) stops it too
 
@@ -103,6 +105,9 @@ inside() {
     local network=$1 state=$2 paths=$3 dir path ok kept='' empty
     shift 3
     mapfile -t empty < <(emptied)
+    # This sandbox's settings are its own: a sandbox COMMAND starts (the tests' own, in a cold CI
+    # run's) must not inherit the host network or the hidden directories.
+    unset FRESH_STATE_NETWORK FRESH_STATE_HIDE FRESH_STATE_KEEP
     # The checkout, held aside before anything is laid over it, and moved back at the end.
     if under "$CHECKOUT" "${OVERLAID[@]}" /run "${empty[@]}"; then
         kept=$state/checkout

@@ -131,6 +131,18 @@ def test_a_hidden_directory_must_be_absolute() -> None:
 
 
 @pytest.mark.sandbox
+def test_the_sandboxs_settings_are_not_passed_on_to_the_command() -> None:
+    """In a cold CI run (scripts/cold-ci.sh: the host network, a hidden cache) the tests start
+    sandboxes of their own, which must get a network of their own, not the run's."""
+    proc = in_fresh_state(
+        "env | grep -c '^FRESH_STATE_' || true; ip -o link show | grep -c fresh0 || true",
+        60, FRESH_STATE_NETWORK="host", FRESH_STATE_HIDE="/var/cache", FRESH_STATE_KEEP="0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines() == ["0", "0"]  # no setting; the host network, no fresh0
+
+
+@pytest.mark.sandbox
 def test_the_services_start_on_a_new_machines_state() -> None:
     # NODES=3 as `make services`: the compute hosts' bridge, namespaces and slurmds too.
     proc = in_fresh_state(
