@@ -74,7 +74,13 @@ flock -w 3600 8 || { echo "image-build: another build holds $context.lock" >&2; 
 rm -rf "$context"
 mkdir -p "$context/docker"
 cp docker/install.sh "$context/docker/"
-cp -al "$wheelhouse/$part" "$context/wheelhouse" 2>/dev/null || cp -a "$wheelhouse/$part" "$context/wheelhouse"
+# Hard links where the wheelhouse and the context share a mount; else a copy (a checkout on
+# another filesystem, /tmp on tmpfs say). A cp -al that failed midway has made the directory, and a
+# second cp into an existing directory would nest the wheelhouse one level down: start again.
+if ! cp -al "$wheelhouse/$part" "$context/wheelhouse" 2>/dev/null; then
+    rm -rf "$context/wheelhouse"
+    cp -a "$wheelhouse/$part" "$context/wheelhouse"
+fi
 cp -a "$wheelhouse/ctrain" "$context/ctrain"
 
 version=$(sed -nE 's/^__version__ = "(.+)"$/\1/p' src/ctrain/__init__.py)
