@@ -1,6 +1,7 @@
 """Fake srun, mpirun, scontrol and ctrain for the job scripts run by bash, in a sandbox's bin
 dir: each records its argv under FAKE_DIR (the sandbox's root); srun and mpirun then exit or
-wait for USR2 as FAKE_MODE says."""
+wait for USR2 as FAKE_MODE says (a SIGTERM ends them, as it would a real step); scontrol says
+the job's state as FAKE_JOB_STATE says."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ case "$FAKE_MODE" in
 esac
 """
 FAKE_SCONTROL = """#!/bin/bash
+# `scontrol -o show job ID` prints the job with JobState=$FAKE_JOB_STATE (nothing when unset) and
+# exits with $FAKE_SHOW_EXIT; any other command is recorded in $FAKE_DIR/scontrol.
+if [ "$1 $2 $3" = "-o show job" ]; then
+    [ -n "${FAKE_JOB_STATE:-}" ] && echo "JobId=$4 JobName=x JobState=$FAKE_JOB_STATE Reason=None"
+    exit "${FAKE_SHOW_EXIT:-0}"
+fi
 printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
 """
 FAKE_CTRAIN = """#!/bin/bash

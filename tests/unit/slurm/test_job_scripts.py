@@ -123,3 +123,53 @@ def test_usr2_then_a_normal_end_is_not_requeued(fakes: Path) -> None:
         proc.kill()
     assert proc.returncode == 0, out
     assert not (fakes / "scontrol").exists()
+
+
+# Requeue on the training's request, unless Slurm is ending the job: scancel (the job is
+# cancelled) or scontrol requeue and preemption (Slurm requeues it itself). slurmctld says
+# COMPLETING as soon as it ends a job; the script cannot tell more, and needs not.
+STATES = {
+    "RUNNING": {"FAKE_JOB_STATE": "RUNNING"},
+    "COMPLETING": {"FAKE_JOB_STATE": "COMPLETING"},
+    "CANCELLED": {"FAKE_JOB_STATE": "CANCELLED"},
+    "unknown": {},  # scontrol printed nothing
+    "scontrol fails": {"FAKE_JOB_STATE": "RUNNING", "FAKE_SHOW_EXIT": "1"},
+}
+
+
+@pytest.mark.parametrize(
+    ("rc", "state"), [(rc, state) for rc in (REQUEUE_EXIT_CODE, 0, 3) for state in STATES]
+)
+def test_requeue_truth_table(fakes: Path, rc: int, state: str) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE=f"exit:{rc}", **STATES[state]))
+    requeued = rc == REQUEUE_EXIT_CODE and state in ("RUNNING", "unknown", "scontrol fails")
+    if requeued:
+        assert (fakes / "scontrol").read_text().split() == ["requeue", "77"]
+    else:
+        assert not (fakes / "scontrol").exists()
+    assert done.returncode == (0 if rc == REQUEUE_EXIT_CODE else rc), done.stdout + done.stderr
+    ending = rc == REQUEUE_EXIT_CODE and not requeued
+    assert (f"(JobState={state}): not requeueing it from here" in done.stdout) == ending
+
+
+@pytest.mark.parametrize(("state", "requeued"), [("RUNNING", True), ("COMPLETING", False)])
+def test_sigterm_reaches_the_step_as_usr2(fakes: Path, state: str, requeued: bool) -> None:
+    """srun would SIGKILL every task on a SIGTERM of its own: the step gets USR2 (the fake
+    step dies of a SIGTERM, and counts USR2)."""
+    proc = subprocess.Popen(
+        ["bash", str(script(fakes, "multiworker"))],
+        env=env(fakes, FAKE_MODE="trap", FAKE_JOB_STATE=state),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for((fakes / "started").exists, "the step to start")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "SIGTERM received, passing it to the training" in out
+    assert (fakes / "usr2").read_text().strip() == "1"
+    assert (fakes / "scontrol").exists() == requeued, out
