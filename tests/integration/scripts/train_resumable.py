@@ -2,7 +2,7 @@
 
     python train_resumable.py OUT_DIR EPOCHS [--signal-at EPOCH:STEP [--signal-rank R]]
                               [--hold-at EPOCH:STEP ...]
-                              [--units N] [--config-tag TAG]
+                              [--units N] [--config-tag TAG] [--no-preemption]
 
 Every run (every restart) appends one line per rank to OUT_DIR/runs.jsonl: the restart count,
 where it started (epoch, step), how it ended, its Python and the image file Apptainer runs it
@@ -11,7 +11,10 @@ OUT_DIR/epochs.jsonl (the chief). At the end each rank writes OUT_DIR/final-rank
 its weights. ``--signal-at`` sends this process SIGUSR2 before that step (0-based), as Slurm
 would before the time limit. ``--hold-at`` (once per run: the first for run 0, the second for
 run 1, ...) stops each rank before that step, writes OUT_DIR/held-run<N>-rank<R>, and waits
-there for SIGUSR2 from outside (the test, or Slurm itself): the run then stops after that step.
+there for SIGUSR2 or SIGTERM from outside (the test, or Slurm itself): the run then stops after
+that step; the marker holds the rank's process id. ``--no-preemption`` leaves out ``ctx.resume``
+and the preemption callbacks (a script that never asked ctrain to stop it cleanly: a signal ends
+it, and a held rank waits for one).
 Every write, rename or removal this rank makes under OUT_DIR/ckpt (seen by a Python audit
 hook) is appended to OUT_DIR/ckpt-writes-rank<R>.jsonl: the proof that only the chief writes
 the shared checkpoint directory.
@@ -43,6 +46,7 @@ parser.add_argument("--signal-rank", type=int, default=None, help="only this ran
 parser.add_argument("--hold-at", action="append", default=[], help="one per run")
 parser.add_argument("--units", type=int, default=8)
 parser.add_argument("--config-tag", default="a")
+parser.add_argument("--no-preemption", action="store_true")
 args = parser.parse_args()
 out: Path = args.out
 out.mkdir(parents=True, exist_ok=True)
@@ -87,17 +91,19 @@ with ctx.scope():
     )
     model.compile(optimizer=ctx.optimizer(tf.keras.optimizers.Adam(0.01)), loss="mse")
 
-initial_epoch = ctx.resume(model, checkpoints, config=config)
-resumed = ctx._preemption["resumed"]
+initial_epoch = 0 if args.no_preemption else ctx.resume(model, checkpoints, config=config)
+resumed = ctx._preemption.get("resumed", (0, 0))
 
 
 def hold_until_signalled(timeout: float = 600) -> None:
     """Tell the test this rank is held (a marker file), then wait for the stop signal."""
-    (out / f"held-run{restart}-rank{ctx.rank}").touch()
+    marker = out / f"held-run{restart}-rank{ctx.rank}"
+    marker.with_suffix(".tmp").write_text(str(os.getpid()))
+    marker.with_suffix(".tmp").rename(marker)  # whole when seen
     deadline = time.monotonic() + timeout
     while not STOP.requested:
         if time.monotonic() > deadline:
-            sys.exit(f"rank {ctx.rank}: no SIGUSR2 within {timeout} s of the hold")
+            sys.exit(f"rank {ctx.rank}: no stop signal within {timeout} s of the hold")
         time.sleep(0.05)
 
 
@@ -146,7 +152,9 @@ def record_run(end: str) -> None:
         f.write(json.dumps(line) + "\n")
 
 
-callbacks = [*ctx.callbacks(), Record(), *ctx.preemption_callbacks(checkpoints, config=config)]
+callbacks = [*ctx.callbacks(), Record()]
+if not args.no_preemption:
+    callbacks += ctx.preemption_callbacks(checkpoints, config=config)
 try:
     model.fit(
         data,
