@@ -99,6 +99,7 @@ def user_source() -> Path:
     shutil.copytree(
         SRC / "ctrain", directory / "ctrain", ignore=shutil.ignore_patterns("__pycache__")
     )
-    for path in directory.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    for path in directory.rglob("*"):  # readable by all; what runs (container/bin/ctrain) runs
+        mode = path.stat().st_mode
+        path.chmod(0o755 if path.is_dir() or mode & 0o100 else 0o644)
     return directory
