@@ -22,7 +22,10 @@
 # 4. However COMMAND ends (Ctrl-C included): the network devices the sandbox left in this
 #    machine's namespace (the compute hosts' bridge) are removed, this machine's services start
 #    again (with CTRAIN_SERVICES_NODES compute hosts, 3 unless set, as `make services`), DIR is
-#    removed unless COMMAND failed or COLD_CI_KEEP=1, and the last line is COMMAND's wall time.
+#    removed unless COMMAND failed or COLD_CI_KEEP=1, and the last lines are the most disk COMMAND
+#    took (the free space on DIR's and /var/tmp's filesystems, sampled every 10 s) and its wall
+#    time. The disk figure is what CI needs free on a new machine, give or take what other
+#    writers on the same filesystem did meanwhile.
 # What is not reset: the installed Debian packages (only a new machine tests `make system`'s apt
 # step), /dev, the kernel's settings, $HOME but its cache (pyenv's Python, .gitconfig), /var/cache
 # and /var/tmp. The exit status is COMMAND's, or 1 where the services did not start again.
@@ -53,13 +56,35 @@ remove_links() {
     echo "cold-ci: WARNING: network devices left: $(comm -13 <(printf '%s\n' "$before") <(links) | tr '\n' ' ')" >&2
 }
 
+# free_mib DIR...: MiB free on the filesystems of DIR..., each counted once
+free_mib() { df -P -BM "$@" | awk 'NR > 1 && !seen[$1]++ { sub(/M$/, "", $4); s += $4 } END { print s }'; }
+
+# watch_disk FILE DIR...: every 10 s, write the least MiB free on DIR...'s filesystems to FILE
+watch_disk() {
+    local file=$1 least now
+    shift
+    least=$(free_mib "$@")
+    echo "$least" >"$file"
+    while sleep 10; do
+        now=$(free_mib "$@")
+        if [ "$now" -lt "$least" ]; then
+            least=$now
+            echo "$least" >"$file"
+        fi
+    done
+}
+
 # minutes and seconds: 61 -> 1m01s
 duration() { printf '%dm%02ds' "$(($1 / 60))" "$(($1 % 60))"; }
 
-# Set by main for finish: the clone, the network devices before the sandbox, when COMMAND began.
+# Set by main for finish: the clone, the network devices before the sandbox, when COMMAND began,
+# the MiB free then, the disk watcher and its file.
 DIR=/ctrain-cold-ci
 BEFORE=
 STARTED=$SECONDS
+FREE=
+WATCHER=
+LEAST=
 
 main() {
     local head
@@ -85,6 +110,10 @@ main() {
     "$HERE/services.sh" stop
     BEFORE=$(links)
     log "$*, in $DIR, from a new machine's state ($CACHE empty)"
+    LEAST=$(mktemp /run/ctrain-cold-ci-disk.XXXXXX)
+    FREE=$(free_mib "$DIR" /var/tmp)
+    watch_disk "$LEAST" "$DIR" /var/tmp &
+    WATCHER=$!
     STARTED=$SECONDS
     cd "$DIR"
     FRESH_STATE_NETWORK=host FRESH_STATE_HIDE=$CACHE "$DIR/scripts/fresh-state.sh" "$@"
@@ -98,6 +127,12 @@ finish() {
     trap - EXIT INT TERM
     trap '' PIPE
     cd /
+    if [ -n "$WATCHER" ]; then
+        kill "$WATCHER" 2>/dev/null
+        wait "$WATCHER" 2>/dev/null
+        log "disk: at most $(((FREE - $(cat "$LEAST")) / 1024)) GiB more in use than at the start ($((FREE / 1024)) GiB free then, on the filesystems of $DIR and /var/tmp)"
+        rm -f "$LEAST"
+    fi
     remove_links "$BEFORE"
     log "starting this machine's services again ($NODES compute hosts)"
     CTRAIN_SERVICES_NODES=$NODES "$HERE/services.sh" start || {

@@ -30,6 +30,7 @@ scripts/cold-ci.sh /tmp/cold bash -c '
     echo "cache in there: [$(ls -A "$XDG_CACHE_HOME")]"
     echo "clone in there: $PWD, venv $(test -e .venv && echo yes || echo no)"
     touch "$XDG_CACHE_HOME/written"
+    fallocate -l 2G two-gib && sleep 12 && rm two-gib
     CTRAIN_SERVICES_NODES=3 scripts/services.sh start >/dev/null
     echo "services in there: $(scripts/services.sh status | grep -c " running")"
 '
@@ -62,6 +63,9 @@ def test_a_cold_run_hides_the_caches_and_puts_the_services_and_network_back() ->
     assert said["clone after"] == "removed", proc.stdout
     assert said["cache after"] == "[pip]", proc.stdout
     assert any(re.fullmatch(r"cold-ci: took \dm\d\ds \(exit 0\) .*", line) for line in lines)
+    # The 2 GiB the stand-in held for 12 s, seen by the watcher that samples every 10 s.
+    disk = [re.fullmatch(r"cold-ci: disk: at most (\d+) GiB more in use .*", line) for line in lines]
+    assert [int(m.group(1)) >= 1 for m in disk if m] == [True], proc.stdout
     assert "cold-ci: removed network device ctrain-br0" in lines, proc.stdout
 
 
