@@ -18,7 +18,7 @@
 #    an empty /run, /tmp, /var/lib/docker and /var/lib/containers, and an empty
 #    ${XDG_CACHE_HOME:-$HOME/.cache} (FRESH_STATE_HIDE): no pip cache, no Horovod wheel cache
 #    (~/.cache/ctrain/wheels), no wheelhouse, base images or build contexts. What it writes there
-#    goes with the sandbox (tens of GB in /var/tmp/ctrain-fresh-state.* while it runs).
+#    goes with the sandbox (tens of GB in /var/tmp/ctrain-fresh-state-* while it runs).
 # 4. However COMMAND ends (Ctrl-C included): the network devices the sandbox left in this
 #    machine's namespace (the compute hosts' bridge) are removed, this machine's services start
 #    again (with CTRAIN_SERVICES_NODES compute hosts, 3 unless set, as `make services`), DIR is

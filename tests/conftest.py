@@ -20,12 +20,12 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import scratch
 from tests.integration.images import background, lanes
 from tests.users import ensure_test_user
 
@@ -147,11 +147,23 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     background.start(lanes.lanes(wanted))
 
 
+LEFTOVERS: list[Path] = []
+
+
+def pytest_sessionstart() -> None:
+    """Remove the directories killed runs left under /var/tmp (tests/scratch.py)."""
+    LEFTOVERS.extend(scratch.remove_leftovers())
+
+
 def pytest_sessionfinish() -> None:
     background.stop()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if LEFTOVERS:
+        terminalreporter.write_sep("=", "removed, left by killed runs (tests/scratch.py)")
+        for path in LEFTOVERS:
+            terminalreporter.write_line(str(path))
     done = background.report()
     if done:
         terminalreporter.write_sep("=", "builds (tests/integration/images)")
@@ -163,11 +175,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def cluster_dir() -> Iterator[Path]:
     """A fresh directory every compute host sees (under /var/tmp, as a site's shared filesystem;
     never /tmp, node-local on a real cluster), removed at the end."""
-    path = Path(tempfile.mkdtemp(prefix="ctrain-cluster-", dir=CLUSTER_SHARED_TMP))
-    try:
+    with scratch.directory("cluster", Path(CLUSTER_SHARED_TMP)) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -19,8 +19,9 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
+
+from tests import scratch
 
 TEST_USER = "ctrain-test"
 TEST_USER_GROUPS = ("docker",)
@@ -93,7 +94,7 @@ def user_source() -> Path:
     """A directory to put first on the test user's PYTHONPATH: a copy of this checkout's ctrain
     under /var/tmp, readable by every user wherever the checkout lies, made once per run and
     removed when it ends."""
-    directory = Path(tempfile.mkdtemp(prefix="ctrain-src-", dir="/var/tmp"))
+    directory = scratch.make("src")
     atexit.register(shutil.rmtree, directory, True)
     directory.chmod(0o755)
     shutil.copytree(

@@ -64,8 +64,8 @@ def test_a_cold_run_hides_the_caches_and_puts_the_services_and_network_back() ->
     assert said["cache after"] == "[pip]", proc.stdout
     assert any(re.fullmatch(r"cold-ci: took \dm\d\ds \(exit 0\) .*", line) for line in lines)
     # The 2 GiB the stand-in held for 12 s, seen by the watcher that samples every 10 s.
-    disk = [re.fullmatch(r"cold-ci: disk: at most (\d+) GiB more in use .*", line) for line in lines]
-    assert [int(m.group(1)) >= 1 for m in disk if m] == [True], proc.stdout
+    disk = re.compile(r"cold-ci: disk: at most (\d+) GiB more in use .*")
+    assert [int(m[1]) >= 1 for m in map(disk.fullmatch, lines) if m] == [True], proc.stdout
     assert "cold-ci: removed network device ctrain-br0" in lines, proc.stdout
 
 

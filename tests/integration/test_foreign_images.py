@@ -23,7 +23,6 @@ import json
 import pwd
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import pytest
 
 import ctrain
 from ctrain import matrix
+from tests import scratch
 from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
 from tests.users import TEST_USER, user_source
 
@@ -251,8 +251,7 @@ def test_a_plain_user_runs_a_foreign_sif(
     """As the test user, from a copy of the source tree (``user_source``) on Debian's Python:
     the carried ctrain is the checkout's, click Debian's; the SIF is extracted (no /dev/fuse
     for users here)."""
-    work = Path(tempfile.mkdtemp(dir="/var/tmp"))
-    try:
+    with scratch.directory("user-work") as work:
         shutil.copy(SCRIPTS / "train_tiny.py", work)
         shutil.chown(work, test_user.pw_uid, test_user.pw_gid)
         env = clean_env(
@@ -266,8 +265,6 @@ def test_a_plain_user_runs_a_foreign_sif(
         report = json.loads((work / "out" / "rank0.json").read_text())
         assert report["mode"] == "single" and report["size"] == 1
         assert (work / "out" / "rank0.json").stat().st_uid == test_user.pw_uid
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.mark.apptainer
@@ -310,8 +307,8 @@ def base_sif(foreign_sif: Path) -> Iterator[Path]:
     """FOREIGN_HVD without its venv: Debian's Python 3.11 and Open MPI, no TensorFlow (like a
     site's CUDA + Python SIF). Its tree is unpacked by unsquashfs: Apptainer's own extraction
     (`build --sandbox`) cannot keep the files' owners here (root lacks the capability)."""
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
-        tree, sif = Path(directory) / "tree", Path(directory) / "base.sif"
+    with scratch.directory("base-sif") as directory:
+        tree, sif = directory / "tree", directory / "base.sif"
         offset = str(squashfs_offset(foreign_sif))
         subprocess.run(["unsquashfs", "-q", "-n", "-o", offset, "-d", str(tree), str(foreign_sif)],
                        capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
@@ -332,8 +329,8 @@ def overlay(base_sif: Path) -> Iterator[Path]:
     from the wheelhouse (as a user installs it from an index), and /ext3/env.sh."""
     wheels = REPO / "build" / "wheelhouse" / f"cpu-tf{DEFAULT}"
     assert (wheels / "SHA256SUMS").is_file(), f"{wheels}: the CPU image's build makes it"
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as directory:
-        made = Path(directory) / "overlay.ext3"
+    with scratch.directory("overlay") as directory:
+        made = directory / "overlay.ext3"
         done = run_ctrain("overlay", "create", str(made), "--size", "4G", "--sparse",
                           env=clean_env())  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -13,8 +13,9 @@ import atexit
 import hashlib
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
+
+from tests import scratch
 
 from . import ci_cpu_image
 from .background import once, run
@@ -69,7 +70,7 @@ def foreign_sif() -> Path:
     """FOREIGN_HVD as a SIF under /var/tmp (the test user reaches it; the checkout may be
     private), removed when the run ends."""
     image = foreign_hvd()
-    directory = Path(tempfile.mkdtemp(prefix="ctrain-foreign-", dir="/var/tmp"))
+    directory = scratch.make("foreign")
     atexit.register(shutil.rmtree, directory, True)
     directory.chmod(0o755)
     sif = directory / "foreign.sif"
