@@ -152,40 +152,88 @@ def _files(directory: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-def read_manifest(path: Path) -> Manifest | None:
-    """The manifest of checkpoint directory ``path`` when the checkpoint is whole, else None."""
+def inspect(path: Path) -> Manifest | str:
+    """The manifest of checkpoint directory ``path`` when the checkpoint is whole, else why not."""
     try:
         manifest = Manifest.from_json((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except OSError as exc:
+        return f"its {MANIFEST} cannot be read ({exc.strerror or exc})"
+    except (ValueError, KeyError, TypeError):
+        return f"its {MANIFEST} is damaged"
     for name, size in manifest.files.items():
         try:
-            if (path / name).stat().st_size != size:
-                return None
+            actual = (path / name).stat().st_size
         except OSError:
-            return None
+            return f"its file {name} is missing"
+        if actual != size:
+            return f"its file {name} has {actual} bytes where {MANIFEST} says {size}"
     return manifest
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A checkpoint directory's checkpoints: the whole ones, oldest first (by epoch, then step),
+    and those that are not, by name, each with why."""
+
+    whole: list[Found]
+    broken: list[tuple[Path, str]]
+
+
+def scan(directory: str | os.PathLike[str]) -> Scan:
+    """The checkpoints in ``directory``, whole and not (``.tmp-ckpt-*`` are neither)."""
+    base = Path(directory)
+    if not base.is_dir():
+        return Scan([], [])
+    whole, broken = [], []
+    for path in sorted(base.iterdir()):
+        if not _NAME.match(path.name) or not path.is_dir():
+            continue
+        found = inspect(path)
+        if isinstance(found, Manifest):
+            whole.append(Found(path, found))
+        else:
+            broken.append((path, found))
+    whole.sort(key=lambda f: (f.manifest.epoch, f.manifest.step))
+    return Scan(whole, broken)
 
 
 def complete(directory: str | os.PathLike[str]) -> list[Found]:
     """The complete checkpoints in ``directory``, oldest first (by epoch, then step)."""
-    base = Path(directory)
-    if not base.is_dir():
-        return []
-    checkpoints = []
-    for path in base.iterdir():
-        if not _NAME.match(path.name) or not path.is_dir():
-            continue
-        manifest = read_manifest(path)
-        if manifest is not None:
-            checkpoints.append(Found(path, manifest))
-    return sorted(checkpoints, key=lambda f: (f.manifest.epoch, f.manifest.step))
+    return scan(directory).whole
 
 
 def latest(directory: str | os.PathLike[str]) -> Found | None:
     """The latest complete checkpoint in ``directory``, or None."""
     checkpoints = complete(directory)
     return checkpoints[-1] if checkpoints else None
+
+
+def passed_over(path: Path, why: str, used: Path) -> str:
+    """The warning for a checkpoint passed over on resume, and the one used instead."""
+    return f"ctrain: warning: checkpoint {path} is unreadable: {why}; resuming from {used}"
+
+
+def none_loadable(directory: Path, passed: list[tuple[Path, str]]) -> CheckpointError:
+    """The error when no checkpoint in ``directory`` can be loaded, each passed over with why."""
+    said = "; ".join(f"{path.name}: {why}" for path, why in passed)
+    return CheckpointError(
+        f"no checkpoint in {directory} can be loaded ({said})",
+        f"move {directory} aside to start over, or put back a readable checkpoint",
+    )
+
+
+def unwritten(directory: Path, epoch: int, step: int, why: str) -> CheckpointError:
+    """The error when the checkpoint at (``epoch``, ``step``) could not be written: where, why,
+    the free space there, and the checkpoint that is still intact (none: the run starts over)."""
+    previous = latest(directory)
+    kept = f"{previous.path} is intact" if previous else "no earlier checkpoint is there"
+    again = f"resumes from {previous.path.name}" if previous else "starts from the beginning"
+    return CheckpointError(
+        f"checkpoint {checkpoint_name(epoch, step)} could not be written in {directory}: {why} "
+        f"({fs.human(fs.free_bytes(directory))} free there); {kept}",
+        f"free space in {directory} or make it writable (or give the checkpoints another "
+        f"directory), then run again: it {again}",
+    )
 
 
 def check(found: Found, expected: Fingerprint) -> None:

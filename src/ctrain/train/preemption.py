@@ -26,6 +26,7 @@ same.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Mapping
@@ -73,6 +74,15 @@ def agree(ctx: Any, local: bool, name: str = "ctrain.stop") -> bool:
     return local
 
 
+def _why(exc: BaseException) -> str:
+    """What the system said, without TensorFlow's op names: ``No space left on device``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(getattr(exc, "message", exc)).strip().splitlines()
+    said = re.search(r";\s*([^;]+?)\s*\[Op:\w+\]", text[0]) if text else None
+    return said[1] if said else (text[0] if text else type(exc).__name__)
+
+
 def _learning_rate(optimizer: Any) -> Any:
     return getattr(optimizer, "_learning_rate", None)
 
@@ -113,8 +123,10 @@ def resume(
     config: Mapping[str, Any] | None = None,
     restore_lr: bool = False,
 ) -> tuple[int, int, Path | None]:
-    """Load the latest complete checkpoint under ``path`` into ``model`` and its optimizer.
+    """Load the newest checkpoint under ``path`` that loads into ``model`` and its optimizer.
 
+    One passed over (damaged, or unreadable by TensorFlow) is named in a warning with the one
+    used; where none loads, a CheckpointError names each with why (never a silent start over).
     Returns (epoch, step, checkpoint): the epoch to start ``fit`` at, the steps of it already
     done, and the checkpoint loaded (None, and (0, 0), when there is none).
     """
@@ -124,20 +136,39 @@ def resume(
             "ctx.resume needs a built and compiled model",
             "build the model (give it an Input) and call model.compile before ctx.resume",
         )
-    latest = checkpoints.latest(path)
-    if latest is None:
+    found = checkpoints.scan(path)
+    if not found.whole and not found.broken:
         return 0, 0, None
-    checkpoints.check(latest, checkpoints.fingerprint(checkpoints.describe_model(model), config))
+    expected = checkpoints.fingerprint(checkpoints.describe_model(model), config)
     optimizer = model.optimizer
     if hasattr(optimizer, "build"):  # slot variables exist before the restore fills them
         with ctx.scope():
             optimizer.build(model.trainable_variables)
     lr = _learning_rate(optimizer)
     kept = lr.numpy() if hasattr(lr, "assign") and not restore_lr else None
-    status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(str(latest.state))
-    status.assert_existing_objects_matched()
+    failed: list[tuple[Path, str]] = []
+    latest = None
+    for candidate in reversed(found.whole):  # the newest that loads
+        checkpoints.check(candidate, expected)
+        try:
+            status = tf.train.Checkpoint(model=model, optimizer=optimizer).read(
+                str(candidate.state)
+            )
+            status.assert_existing_objects_matched()
+        except (tf.errors.OpError, AssertionError) as exc:
+            failed.append((candidate.path, _why(exc)))
+            continue
+        latest = candidate
+        break
+    newer = [(p, why) for p, why in found.broken if latest is None or p > latest.path]
+    passed = sorted(failed + newer)
+    if latest is None:
+        raise checkpoints.none_loadable(Path(path), passed)
     if kept is not None:
         lr.assign(kept)  # the script's rate; warm-up and schedules recompute it from the step
+    if ctx.is_chief:
+        for broken, why in passed:
+            print(checkpoints.passed_over(broken, why, latest.path), file=sys.stderr, flush=True)
     epoch, step = latest.manifest.epoch, latest.manifest.step
     if step > 0:
         _skip_first_steps(model, step)
@@ -231,9 +262,12 @@ class Preemption(Callback):  # type: ignore[misc,valid-type]
 
         keep = self.policy.keep if self.ctx.is_chief else 1
         info = checkpoints.job_info(os.environ)
-        written = checkpoints.write(
-            self._directory, epoch, step, self.fingerprint, write_state, info, keep
-        )
+        try:
+            written = checkpoints.write(
+                self._directory, epoch, step, self.fingerprint, write_state, info, keep
+            )
+        except (OSError, tf.errors.OpError) as exc:  # a full disk, a quota, no permission
+            raise checkpoints.unwritten(self._directory, epoch, step, _why(exc)) from None
         if self.ctx.is_chief:
             self.saved.append(written)
 

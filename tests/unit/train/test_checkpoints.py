@@ -81,14 +81,58 @@ def test_a_killed_writers_leftovers_are_ignored_then_removed(tmp_path: Path) -> 
     assert not leftover.exists()
 
 
-def test_a_damaged_checkpoint_is_not_complete(tmp_path: Path) -> None:
-    save(tmp_path, 1)
-    second = save(tmp_path, 2)
-    (second / "state.data-00000-of-00001").write_bytes(b"truncated!")
+def test_a_damaged_checkpoint_is_not_complete_and_the_scan_says_why(tmp_path: Path) -> None:
+    first = save(tmp_path, 1)
+    second = save(tmp_path, 2, keep=3)
+    third = save(tmp_path, 3, keep=3)
+    (third / "state.data-00000-of-00001").write_bytes(b"truncated!")
     found = checkpoints.latest(tmp_path)
-    assert found is not None and found.manifest.epoch == 1
-    (tmp_path / "ckpt-e000001-s000000000" / "manifest.json").write_text("{not json")
+    assert found is not None and found.manifest.epoch == 2
+    (second / "manifest.json").write_text("{not json")
+    (tmp_path / ".tmp-ckpt-abc").mkdir()  # a write in progress (or killed): neither
+    scan = checkpoints.scan(tmp_path)
+    assert [f.path for f in scan.whole] == [first]
+    assert scan.broken == [
+        (second, "its manifest.json is damaged"),
+        (third, "its file state.data-00000-of-00001 has 10 bytes where manifest.json says 2"),
+    ]
+    (first / "state.index").unlink()
+    assert checkpoints.inspect(first) == "its file state.index is missing"
+    (first / "manifest.json").unlink()
+    assert checkpoints.inspect(first).startswith("its manifest.json cannot be read (No such file")
     assert checkpoints.latest(tmp_path) is None
+
+
+def test_the_lines_for_a_checkpoint_passed_over_and_for_none_loadable(tmp_path: Path) -> None:
+    first, second = tmp_path / "ckpt-e000001-s000000000", tmp_path / "ckpt-e000002-s000000000"
+    assert checkpoints.passed_over(second, "its manifest.json is damaged", first) == (
+        f"ctrain: warning: checkpoint {second} is unreadable: its manifest.json is damaged; "
+        f"resuming from {first}"
+    )
+    error = checkpoints.none_loadable(tmp_path, [(first, "bad a"), (second, "bad b")])
+    assert error.exit_code == 6
+    assert error.line() == (
+        f"ctrain: error: no checkpoint in {tmp_path} can be loaded (ckpt-e000001-s000000000: "
+        f"bad a; ckpt-e000002-s000000000: bad b) Fix: move {tmp_path} aside to start over, or "
+        "put back a readable checkpoint"
+    )
+
+
+def test_a_checkpoint_not_written_names_where_why_the_free_space_and_the_intact_one(
+    tmp_path: Path,
+) -> None:
+    error = checkpoints.unwritten(tmp_path, 2, 5, "No space left on device")
+    assert error.exit_code == 6
+    assert error.line().startswith(
+        f"ctrain: error: checkpoint ckpt-e000002-s000000005 could not be written in {tmp_path}: "
+        "No space left on device ("
+    )
+    assert "free there); no earlier checkpoint is there Fix: free space in" in error.line()
+    assert error.line().endswith("then run again: it starts from the beginning")
+    first = save(tmp_path, 1)
+    line = checkpoints.unwritten(tmp_path, 2, 0, "Read-only file system").line()
+    assert f"free there); {first} is intact Fix:" in line
+    assert line.endswith("then run again: it resumes from ckpt-e000001-s000000000")
 
 
 def test_the_same_position_written_again_replaces_it(tmp_path: Path) -> None:
