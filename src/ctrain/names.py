@@ -9,6 +9,7 @@ choices from here.
 from __future__ import annotations
 
 import enum
+import signal
 from collections.abc import Mapping
 from typing import Literal, NamedTuple, get_args
 
@@ -28,6 +29,9 @@ class Mode(str, enum.Enum):
 
 ONE_PROCESS = (Mode.SINGLE, Mode.MIRRORED)
 MULTI_PROCESS = (Mode.MULTIWORKER, Mode.HOROVOD)
+# What asks a training process to stop after its step, with a checkpoint (train/stopping.py): the
+# time limit's warning the job scripts ask for, and what Slurm sends when it ends a job otherwise.
+STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 MODE_CHOICES = (AUTO, *(mode.value for mode in Mode))
 
 # The job templates (jobs/<name>.sbatch): one per mode, Horovod's twice, started by srun or mpirun.

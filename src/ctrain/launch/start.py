@@ -6,6 +6,7 @@ The image's entrypoint. It stays light: no TensorFlow is imported before the exe
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
@@ -22,7 +23,7 @@ from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
-from ctrain.names import ENV_CARRIED, KERAS_2, Mode
+from ctrain.names import ENV_CARRIED, KERAS_2, STOP_SIGNALS, Mode
 from ctrain.util import proc
 from ctrain.util.secrets import masked
 
@@ -212,6 +213,19 @@ def _warn_gpu_code(environ: Mapping[str, str]) -> None:
         print(f"ctrain: warning: {verdict.detail} Fix: {verdict.fix}", file=sys.stderr, flush=True)
 
 
+def restore_stop_signals() -> list[str]:
+    """Give the stop signals their default back where this process inherited them ignored (a
+    job script's ``trap '' TERM``, a wrapper that shields itself): an ignored signal stays
+    ignored across exec, and a script that never asked ctrain to stop it would train on until
+    SIGKILL. The names of those given back."""
+    restored = []
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            restored.append(signal.Signals(signum).name)
+    return restored
+
+
 def exec_plan(
     plan: Plan, command: Sequence[str], environ: Mapping[str, str], quiet: bool
 ) -> NoReturn:
@@ -227,4 +241,12 @@ def exec_plan(
             print(f"ctrain: {plan.port_window.moved}", file=sys.stderr, flush=True)
         if plan.gpus:
             _warn_gpu_code(environ)
+    restored = restore_stop_signals()
+    if restored and plan.place.rank == 0 and not quiet:
+        print(
+            f"ctrain: {' and '.join(restored)} came ignored from whoever started this rank; the "
+            "training gets the default back (Slurm's stop requests must reach it)",
+            file=sys.stderr,
+            flush=True,
+        )
     proc.exec_replace(command, child_environ(environ, plan))

@@ -30,9 +30,8 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from ctrain.names import ENV_LAUNCH_MODE, Mode
+from ctrain.names import ENV_LAUNCH_MODE, STOP_SIGNALS, Mode
 
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 AT_ONCE = (signal.SIGINT,)  # Python's own handler stays; the watcher ends the process
 
 

@@ -1,8 +1,13 @@
-"""exec_plan: a rank whose port is taken fails before the exec, naming the port."""
+"""exec_plan: a rank whose port is taken fails before the exec, naming the port; the stop
+signals reach the training even where the rank inherited them ignored."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
@@ -12,6 +17,7 @@ from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, Plan, make_plan
 from ctrain.util import proc
+from tests.helpers import CTRAIN, ctrain_env
 from tests.unit.launch.environs import slurm_step
 
 
@@ -63,3 +69,41 @@ def test_a_free_port_goes_on_to_the_exec(execs: list[list[str]]) -> None:
     with pytest.raises(Exec):
         start.exec_plan(_plan(free), ["true"], {}, quiet=True)
     assert execs == [["true"]]
+
+
+PROBE = (
+    "import signal; print(' '.join(signal.getsignal(s).name for s in "
+    "(signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP)))"
+)
+
+
+@pytest.mark.parametrize(
+    ("ignored", "seen", "said"),
+    [
+        ((), "SIG_DFL SIG_DFL SIG_DFL", ""),
+        ((signal.SIGTERM, signal.SIGHUP), "SIG_DFL SIG_DFL SIG_IGN", "SIGTERM came ignored"),
+        ((signal.SIGUSR2, signal.SIGTERM), "SIG_DFL SIG_DFL SIG_DFL", "SIGUSR2 and SIGTERM came"),
+    ],
+)
+def test_the_training_gets_the_stop_signals_default_back(
+    ignored: tuple[int, ...], seen: str, said: str
+) -> None:
+    """A rank started with SIGTERM ignored (``trap '' TERM`` in a job script): the exec'd
+    training gets the default back, for the stop signals only (SIGHUP stays as it came)."""
+
+    def ignore() -> None:
+        for signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
+
+    done = subprocess.run(
+        [CTRAIN, "launch", "--", sys.executable, "-c", PROBE],
+        env=ctrain_env({"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]}),
+        preexec_fn=ignore,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == seen
+    lines = [line for line in done.stderr.splitlines() if "came ignored" in line]
+    assert [said in line for line in lines] == ([True] if said else [])
