@@ -247,8 +247,8 @@ def first_sentence(doc: str | None) -> str:
 
 def exit_codes_page() -> str:
     """Every exit code ctrain documents: 0, each ``ctrain.errors`` class's code with its
-    docstring, ``REQUEUE_EXIT_CODE``; in code order."""
-    from ctrain.errors import REQUEUE_EXIT_CODE
+    docstring, ``REQUEUE_EXIT_CODE`` and ``STALLED_EXIT_CODE``; in code order."""
+    from ctrain.errors import REQUEUE_EXIT_CODE, STALLED_EXIT_CODE
 
     rows: list[tuple[int, str, str]] = [(0, "success", "")]
     for cls in error_classes():
@@ -259,6 +259,15 @@ def exit_codes_page() -> str:
             "training stopped on the time-limit signal after writing a checkpoint: the job "
             "script requeues the job, which resumes from it ([preemption](preemption.md))",
             "`REQUEUE_EXIT_CODE`",
+        )
+    )
+    rows.append(
+        (
+            STALLED_EXIT_CODE,
+            "a training rank in `fit` ended itself: no step for `CTRAIN_STALL_TIMEOUT` seconds "
+            "(a peer stopped or lost, a hung collective or file system; "
+            "[preemption](preemption.md))",
+            "`STALLED_EXIT_CODE`",
         )
     )
     rows.sort(key=lambda row: row[0])

@@ -152,8 +152,10 @@ class Context:
         return dataset
 
     def callbacks(self, warmup_epochs: float = 0.0, verbose: bool = False) -> list[Any]:
-        """Broadcast of initial weights and metric averaging under Horovod, plus a
-        learning-rate warm-up from lr/replicas to lr over ``warmup_epochs``."""
+        """Broadcast of initial weights and metric averaging under Horovod, a learning-rate
+        warm-up from lr/replicas to lr over ``warmup_epochs``, and the stall watchdog (a rank
+        with no step for CTRAIN_STALL_TIMEOUT seconds in ``fit`` ends itself: train/watchdog.py).
+        """
         from ctrain.train import callbacks
 
         chosen: list[Any] = []
@@ -167,6 +169,9 @@ class Context:
             chosen.append(callbacks.AverageMetrics(self.hvd))
         if warmup_epochs > 0 and self.replicas > 1:
             chosen.append(callbacks.WarmUp(warmup_epochs, self.replicas, verbose and self.is_chief))
+        timeout = resolve({}, os.environ, Path.cwd()).stall_timeout
+        if timeout > 0:
+            chosen.insert(0, callbacks.WatchProgress(timeout))
         return chosen
 
     def checkpoint_dir(self, path: str | os.PathLike[str]) -> Path:

@@ -12,6 +12,9 @@ from ctrain import __version__
 
 #: The exit status with which training asks its job script to requeue the job (EX_TEMPFAIL).
 REQUEUE_EXIT_CODE = 75
+#: The exit status of a rank that ended itself because no training step ended for the stall
+#: timeout (train/watchdog.py), as timeout(1) ends what runs too long.
+STALLED_EXIT_CODE = 124
 
 
 class CtrainError(Exception):

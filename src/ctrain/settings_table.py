@@ -45,6 +45,12 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _non_negative_int(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError("must be 0 or a positive integer")
+    return int(text)
+
+
 def _flag(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -216,6 +222,12 @@ class Settings:
         "seconds from SIGTERM within which a training checkpoints and exits, or else ends "
         "without a checkpoint (below Slurm's KillWait, 30 s by default, or GraceTime)",
         _positive_int,
+    )
+    stall_timeout: int = _row(
+        1800,
+        "seconds without a training step after which a rank in fit ends itself as stuck (exit "
+        "124); room for the first step's compilation, validation and checkpoints; 0: off",
+        _non_negative_int,
     )
     doctor_network: bool = _row(
         False, "check the interconnect instead (ctrain doctor)", _flag, flag="--network"

@@ -195,7 +195,7 @@ KNOWN = (
     "allow_home_cache, binds, nv, overlay, env_file, cwd, launch, image_python, dry_run, "
     "show_secrets, "
     "min_free_gb, build_tmpdir, progress, keep_proxies, quiet, keras, tune, skip_mpi_check, "
-    "profile, profile_dir, profile_ranks, data_dir, stop_budget, "
+    "profile, profile_dir, profile_ranks, data_dir, stop_budget, stall_timeout, "
     "doctor_network, check_network, "
     "bench_workers, bench_model, bench_batch, bench_image_size, bench_steps, bench_iters, "
     "bench_warmup, bench_threads, bench_launcher, bench_launcher_args, bench_script, "
@@ -239,6 +239,18 @@ def test_flag_refuses_other_words(text: str) -> None:
 @pytest.mark.parametrize(("text", "value"), [("1", 1), ("600", 600), (" 7 ", 7), ("007", 7)])
 def test_positive_int(text: str, value: int) -> None:
     assert parse_flag("collective_timeout", text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("1800", 1800), (" 30 ", 30)])
+def test_non_negative_int(text: str, value: int) -> None:
+    assert resolve({}, {"CTRAIN_STALL_TIMEOUT": text}, "/nonexistent").stall_timeout == value
+
+
+@pytest.mark.parametrize("text", ["-1", "+5", "1.5", "off", ""])
+def test_non_negative_int_refused(text: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, {"CTRAIN_STALL_TIMEOUT": text}, "/nonexistent")
+    assert caught.value.message == f"CTRAIN_STALL_TIMEOUT={text!r}: must be 0 or a positive integer"
 
 
 @pytest.mark.parametrize("text", ["0", "00", "-1", "+5", "1.5", "abc", "", " ", "1e3"])

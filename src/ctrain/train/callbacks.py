@@ -1,7 +1,8 @@
 """Keras callbacks for multi-replica training, written for tf_keras (TensorFlow 2.18 to 2.21).
 
 Horovod's own Keras callbacks import Keras 3's backend and fail there, so ctrain has its own:
-initial-weight broadcast and metric averaging (Horovod), and a learning-rate warm-up (any mode).
+initial-weight broadcast and metric averaging (Horovod), a learning-rate warm-up (any mode),
+and the stall watchdog's eyes (any mode: ``ctrain.train.watchdog``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+
+from ctrain.train.watchdog import Progress, Watchdog
 
 Callback = tf.keras.callbacks.Callback
 
@@ -105,3 +108,32 @@ class WarmUp(Callback):  # type: ignore[misc,valid-type]
             logs["lr"] = lr
         if self.verbose:
             print(f"ctrain: epoch {epoch + 1}: learning rate {lr:.6g}", flush=True)
+
+
+class WatchProgress(Callback):  # type: ignore[misc,valid-type]
+    """Tells the watchdog of every step's and epoch's end while ``fit`` runs (and of its own
+    validation and prediction steps); nothing is watched outside ``fit``."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self.progress = Progress(timeout)
+        self.watchdog = Watchdog(self.progress)
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self.progress.start()
+        self.watchdog.start()
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self.progress.stop()
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.progress.step()
+
+    def on_test_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.progress.step()
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.progress.step()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.progress.step()

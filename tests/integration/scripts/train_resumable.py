@@ -3,6 +3,7 @@
     python train_resumable.py OUT_DIR EPOCHS [--signal-at EPOCH:STEP [--signal-rank R]]
                               [--hold-at EPOCH:STEP ...]
                               [--units N] [--config-tag TAG] [--no-preemption]
+                              [--stall-at EPOCH:STEP --stall-rank R] [--slow-rank R --slow S]
 
 Every run (every restart) appends one line per rank to OUT_DIR/runs.jsonl: the restart count,
 where it started (epoch, step), how it ended, its Python and the image file Apptainer runs it
@@ -14,7 +15,9 @@ run 1, ...) stops each rank before that step, writes OUT_DIR/held-run<N>-rank<R>
 there for SIGUSR2 or SIGTERM from outside (the test, or Slurm itself): the run then stops after
 that step; the marker holds the rank's process id. ``--no-preemption`` leaves out ``ctx.resume``
 and the preemption callbacks (a script that never asked ctrain to stop it cleanly: a signal ends
-it, and a held rank waits for one).
+it, and a held rank waits for one). ``--stall-at`` stops rank R (SIGSTOP to itself, as a node
+swapping to death) before that step and writes OUT_DIR/stalled-rank<R> first; ``--slow`` makes
+rank R sleep S seconds after each of its steps (a slow rank that still progresses).
 Every write, rename or removal this rank makes under OUT_DIR/ckpt (seen by a Python audit
 hook) is appended to OUT_DIR/ckpt-writes-rank<R>.jsonl: the proof that only the chief writes
 the shared checkpoint directory.
@@ -47,6 +50,10 @@ parser.add_argument("--hold-at", action="append", default=[], help="one per run"
 parser.add_argument("--units", type=int, default=8)
 parser.add_argument("--config-tag", default="a")
 parser.add_argument("--no-preemption", action="store_true")
+parser.add_argument("--stall-at", default="")
+parser.add_argument("--stall-rank", type=int, default=1)
+parser.add_argument("--slow-rank", type=int, default=None)
+parser.add_argument("--slow", type=float, default=0.0)
 args = parser.parse_args()
 out: Path = args.out
 out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +122,7 @@ class Record(tf.keras.callbacks.Callback):
         at = args.signal_at
         self.signal_at = tuple(int(v) for v in at.split(":")) if at else None
         holds = [tuple(int(v) for v in h.split(":")) for h in args.hold_at]
+        self.stall_at = tuple(int(v) for v in args.stall_at.split(":")) if args.stall_at else None
         self.hold_at = holds[restart] if restart < len(holds) else None
         self.epoch = 0
         self.batches = 0
@@ -129,6 +137,13 @@ class Record(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGUSR2)
         if (self.epoch, batch) == self.hold_at:
             hold_until_signalled()
+        if (self.epoch, batch) == self.stall_at and ctx.rank == args.stall_rank:
+            (out / f"stalled-rank{ctx.rank}").write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if ctx.rank == args.slow_rank:
+            time.sleep(args.slow)
 
     def on_epoch_end(self, epoch, logs=None):
         whole = self.batches == self.params["steps"]  # not cut short by the signal
