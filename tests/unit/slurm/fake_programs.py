@@ -1,7 +1,7 @@
 """Fake srun, mpirun, scontrol and ctrain for the job scripts run by bash, in a sandbox's bin
 dir: each records its argv under FAKE_DIR (the sandbox's root); srun and mpirun then exit or
 wait for USR2 as FAKE_MODE says (a SIGTERM ends them, as it would a real step); scontrol says
-the job's state as FAKE_JOB_STATE says."""
+the job's state, its preemption and its partition's PreemptMode as the FAKE_* variables say."""
 
 from __future__ import annotations
 
@@ -24,11 +24,30 @@ case "$FAKE_MODE" in
 esac
 """
 FAKE_SCONTROL = """#!/bin/bash
-# `scontrol -o show job ID` prints the job with JobState=$FAKE_JOB_STATE (nothing when unset) and
-# exits with $FAKE_SHOW_EXIT; any other command is recorded in $FAKE_DIR/scontrol.
+# `scontrol -o show job ID` prints the job with JobState=$FAKE_JOB_STATE (nothing when unset;
+# FAKE_JOB_STATE_LATER from the second call on) and PreemptTime=$FAKE_PREEMPT_TIME (None when
+# unset), and exits with $FAKE_SHOW_EXIT. `scontrol show config` says PreemptType
+# $FAKE_PREEMPT_TYPE (preempt/partition_prio when unset); `scontrol -o show partition P` says
+# PreemptMode=$FAKE_PREEMPT_MODE (OFF when unset). Any other command is recorded in
+# $FAKE_DIR/scontrol.
 if [ "$1 $2 $3" = "-o show job" ]; then
-    [ -n "${FAKE_JOB_STATE:-}" ] && echo "JobId=$4 JobName=x JobState=$FAKE_JOB_STATE Reason=None"
+    state=${FAKE_JOB_STATE:-}
+    if [ -e "$FAKE_DIR/shown" ] && [ -n "${FAKE_JOB_STATE_LATER:-}" ]; then
+        state=$FAKE_JOB_STATE_LATER
+    fi
+    touch "$FAKE_DIR/shown"
+    [ -n "$state" ] && echo "JobId=$4 JobName=x JobState=$state Reason=None" \\
+        "EndTime=2026-01-01T00:01:00 PreemptTime=${FAKE_PREEMPT_TIME:-None}"
     exit "${FAKE_SHOW_EXIT:-0}"
+fi
+if [ "$1 $2" = "show config" ]; then
+    echo "PreemptMode             = REQUEUE"
+    echo "PreemptType             = ${FAKE_PREEMPT_TYPE:-preempt/partition_prio}"
+    exit 0
+fi
+if [ "$1 $2 $3" = "-o show partition" ]; then
+    echo "PartitionName=$4 PriorityTier=1 PreemptMode=${FAKE_PREEMPT_MODE:-OFF} GraceTime=30"
+    exit 0
 fi
 printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
 """
@@ -59,5 +78,6 @@ def env(fakes: Path, **extra: str) -> dict[str, str]:
         SLURM_JOB_ID="77",
         SLURM_NTASKS="2",
         SLURM_JOB_NODELIST="node1",
+        SLURM_JOB_PARTITION="low",
         **extra,
     ).env

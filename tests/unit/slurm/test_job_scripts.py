@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -126,15 +127,23 @@ def test_usr2_then_a_normal_end_is_not_requeued(fakes: Path) -> None:
 
 
 # Requeue on the training's request, unless Slurm is ending the job: scancel (the job is
-# cancelled) or scontrol requeue and preemption (Slurm requeues it itself). slurmctld says
-# COMPLETING as soon as it ends a job; the script cannot tell more, and needs not.
+# cancelled) or scontrol requeue and the end of a preemption's grace time (Slurm requeues it
+# itself). slurmctld says COMPLETING as soon as it ends a job. A preempted job (PreemptTime, still
+# RUNNING) is requeued now where its partition's PreemptMode is REQUEUE, whatever the training's
+# exit code but 0; the others wait for Slurm (below).
+PREEMPTED = {"FAKE_JOB_STATE": "RUNNING", "FAKE_PREEMPT_TIME": "2026-01-01T00:00:30"}
 STATES = {
     "RUNNING": {"FAKE_JOB_STATE": "RUNNING"},
+    "SIGNALING": {"FAKE_JOB_STATE": "SIGNALING"},  # the moment Slurm signals a running job
     "COMPLETING": {"FAKE_JOB_STATE": "COMPLETING"},
     "CANCELLED": {"FAKE_JOB_STATE": "CANCELLED"},
     "unknown": {},  # scontrol printed nothing
     "scontrol fails": {"FAKE_JOB_STATE": "RUNNING", "FAKE_SHOW_EXIT": "1"},
+    "preempted, REQUEUE": {**PREEMPTED, "FAKE_PREEMPT_MODE": "REQUEUE"},
+    "preempted, GANG,REQUEUE": {**PREEMPTED, "FAKE_PREEMPT_MODE": "GANG,REQUEUE"},
+    "preempted, grace over": {**PREEMPTED, "FAKE_JOB_STATE": "COMPLETING"},
 }
+ENDING = ("COMPLETING", "CANCELLED", "preempted, grace over")
 
 
 @pytest.mark.parametrize(
@@ -142,14 +151,70 @@ STATES = {
 )
 def test_requeue_truth_table(fakes: Path, rc: int, state: str) -> None:
     done = run(script(fakes), env(fakes, FAKE_MODE=f"exit:{rc}", **STATES[state]))
-    requeued = rc == REQUEUE_EXIT_CODE and state in ("RUNNING", "unknown", "scontrol fails")
+    preempted = rc != 0 and state.startswith("preempted") and state not in ENDING
+    requeued = preempted or (rc == REQUEUE_EXIT_CODE and state not in ENDING)
     if requeued:
         assert (fakes / "scontrol").read_text().split() == ["requeue", "77"]
     else:
         assert not (fakes / "scontrol").exists()
-    assert done.returncode == (0 if rc == REQUEUE_EXIT_CODE else rc), done.stdout + done.stderr
-    ending = rc == REQUEUE_EXIT_CODE and not requeued
-    assert (f"(JobState={state}): not requeueing it from here" in done.stdout) == ending
+    expected = 0 if rc == REQUEUE_EXIT_CODE or preempted else rc
+    assert done.returncode == expected, done.stdout + done.stderr
+    ending = rc == REQUEUE_EXIT_CODE and state in ENDING
+    assert ("not requeueing it from here" in done.stdout) == ending
+    assert ("was preempted" in done.stdout) == preempted
+    assert "waiting for Slurm" not in done.stdout
+
+
+# A preempted job whose partition's PreemptMode is not REQUEUE (CANCEL), or not known to the
+# script (preemption by QOS): the script ends neither too early (the job would end COMPLETED,
+# Slurm's preemption lost) nor by a requeue of its own, but waits for Slurm's SIGTERM at the end
+# of the grace time, or for a state other than RUNNING (polled every 10 s).
+WAITING = {
+    "CANCEL": {**PREEMPTED, "FAKE_PREEMPT_MODE": "CANCEL"},
+    "QOS decides": {
+        **PREEMPTED,
+        "FAKE_PREEMPT_MODE": "REQUEUE",
+        "FAKE_PREEMPT_TYPE": "preempt/qos",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("rc", "case"), [(rc, case) for rc in (REQUEUE_EXIT_CODE, 3) for case in WAITING]
+)
+def test_a_preempted_job_not_requeued_by_its_partition_waits_for_slurm(
+    fakes: Path, rc: int, case: str
+) -> None:
+    log = fakes / "log"
+    with log.open("w") as stdout:
+        proc = subprocess.Popen(
+            ["bash", str(script(fakes))],
+            env=env(fakes, FAKE_MODE=f"exit:{rc}", **WAITING[case]),
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "waiting for Slurm" in log.read_text(), "the script to wait for Slurm")
+        assert proc.poll() is None, log.read_text()  # it waits
+        proc.send_signal(signal.SIGTERM)  # Slurm's, at the end of the grace time
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    out = log.read_text()
+    assert proc.returncode == 0, out
+    assert "waiting for Slurm to end it (EndTime=2026-01-01T00:01:00)" in out
+    assert "not requeueing it from here" in out
+    assert not (fakes / "scontrol").exists()
+
+
+def test_a_waiting_preempted_job_ends_when_slurm_ends_it_without_a_signal(fakes: Path) -> None:
+    waiting = {**WAITING["CANCEL"], "FAKE_JOB_STATE_LATER": "COMPLETING"}
+    start = time.monotonic()
+    done = run(script(fakes), env(fakes, FAKE_MODE=f"exit:{REQUEUE_EXIT_CODE}", **waiting))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "waiting for Slurm to end it" in done.stdout
+    assert not (fakes / "scontrol").exists()
+    assert time.monotonic() - start < 30  # one look at the state, 10 s after the first
 
 
 @pytest.mark.parametrize(("state", "requeued"), [("RUNNING", True), ("COMPLETING", False)])
