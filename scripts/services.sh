@@ -295,10 +295,26 @@ JobRequeue=1
 InactiveLimit=0
 KillWait=30
 MinJobAge=300
+# Preemption by partition (docs/preemption.md): a job of a partition with a higher PriorityTier
+# takes the cores it needs from running jobs of partitions with a lower one, which Slurm ends
+# as their partition's PreemptMode says. REQUEUE, not SUSPEND or GANG: no time-slicing, nothing
+# suspended. The partitions that set no mode (debug, cluster) are never preempted all the same:
+# no partition above them shares their nodes.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
 $NODE_LINE
 # FORCE:4 lets up to 4 tasks share each of the cores, so 2-task jobs (and two of them at once)
-# fit on a 2-core machine.
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+# fit on a 2-core machine. PriorityTier=2, the top: nothing preempts a debug job. (Not
+# PreemptMode=OFF, which would do it too: cons_tres lets no two jobs of such a partition share a
+# core, FORCE:4 or not.)
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=2
+# For the preemption tests only: a job of high, which takes whole cores (OverSubscribe=NO) and
+# is never preempted (PreemptMode=OFF), preempts the jobs of low (requeued) and low-cancel
+# (cancelled) that hold cores it needs: SIGTERM to their tasks, the end GraceTime seconds later.
+# A high job waits for debug jobs; a debug job waits for a high job's cores and shares a low job's.
+PartitionName=low Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=REQUEUE GraceTime=30
+PartitionName=low-cancel Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=CANCEL GraceTime=30
+PartitionName=high Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=2 PreemptMode=OFF
 EOF
     [ "$NODES" = 0 ] || cluster_conf_lines "$NODES" "$HW_LINE"
 }
