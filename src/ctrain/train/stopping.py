@@ -32,7 +32,10 @@ from typing import Any
 from ctrain.errors import REQUEUE_EXIT_CODE
 from ctrain.names import ENV_LAUNCH_MODE, STOP_SIGNALS, Mode
 
-AT_ONCE = (signal.SIGINT,)  # Python's own handler stays; the watcher ends the process
+# Their handler does nothing: the watcher ends the process. (Python's own SIGINT handler would
+# raise KeyboardInterrupt in the main thread, racing the watcher: the process then died of the
+# signal, without the line, or hung in its shutdown with the watcher frozen mid-print.)
+AT_ONCE = (signal.SIGINT,)
 
 
 class Action(enum.Enum):
@@ -166,6 +169,8 @@ class StopRequest:
         as TensorFlow's MultiWorkerMirroredStrategy does for SIGTERM)."""
         for signum in STOP_SIGNALS:
             signal.signal(signum, self.handler)  # unconditional: getsignal does not see C handlers
+        for signum in AT_ONCE:
+            signal.signal(signum, _leave_it_to_the_watcher)
         if self.watcher is not None:
             self.watcher.budget = budget
             return
@@ -180,6 +185,10 @@ class StopRequest:
         threading.Thread(
             target=self.watcher.run, args=(reader,), name="ctrain-stop", daemon=True
         ).start()
+
+
+def _leave_it_to_the_watcher(signum: int, frame: FrameType | None) -> None:
+    """A Python-level handler, so that the signal reaches the wakeup descriptor, doing nothing."""
 
 
 def _forget_wakeup() -> None:
