@@ -137,6 +137,16 @@ def make(
     return elapsed, done.stdout + done.stderr
 
 
+def drop_build_contexts() -> None:
+    """Remove BuildKit's copies of the build contexts that no build is using: the wheelhouses,
+    3.6 GB for the GPU image and 0.8 GB for each CPU one, kept otherwise for the rest of the run
+    (a later build of the same context sends it again, in seconds; the layers stay cached)."""
+    done = run(
+        ["docker", "builder", "prune", "--force", "--filter", "type=source.local"], timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+
+
 @once
 def wheelhouse(flavour: str, tf: str) -> None:
     """`make wheelhouse` of ``flavour`` and TensorFlow ``tf``."""
@@ -164,6 +174,7 @@ def cpu_image(tf: str) -> str:
     base = base_image()
     wheelhouse("cpu", tf)
     make("image-cpu", f"BASE_IMAGE={base}", f"TF_VERSION={tf}")
+    drop_build_contexts()
     return f"ctrain:{TAG}-cpu" if tf == DEFAULT else f"ctrain:{TAG}-tf{tf}-cpu"
 
 
@@ -185,6 +196,7 @@ def gpu_image() -> str:
     wheelhouse("gpu", DEFAULT)
     base = base_image()
     make("image", f"BASE_IMAGE={base}", f"TF_VERSION={DEFAULT}")
+    drop_build_contexts()
     return f"ctrain:{TAG}"
 
 
