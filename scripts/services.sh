@@ -10,9 +10,10 @@
 # start also takes back what earlier runs left: the registry is garbage-collected (manifests no tag
 # names, and their blobs) before it starts, dockerd's BuildKit keeps at most CTRAIN_BUILD_CACHE
 # (default 20GB) of build cache, least recently used first, and images no tag names are removed
-# from docker's and podman's stores; where less than CTRAIN_SERVICES_MIN_FREE_GIB (default 15) is
-# free after that, BuildKit's cache goes too. It ends with the free space where tests write, and a
-# warning under CTRAIN_SERVICES_MIN_FREE_GIB.
+# from docker's and podman's stores; where less than CTRAIN_SERVICES_MIN_FREE_GIB (default 40: a
+# test run from a new clone builds every image again, and a cold run took up to 48 GiB, a few of
+# them copies a real machine's hard links avoid) is free after that, BuildKit's cache goes too. It
+# ends with the free space where tests write, and a warning under CTRAIN_SERVICES_MIN_FREE_GIB.
 #
 # Usage: scripts/services.sh start|stop|status|paths
 #   start   starts whatever is not running (safe to repeat), then verifies every service:
@@ -44,7 +45,7 @@ set -euo pipefail
 
 WAIT=${CTRAIN_SERVICES_WAIT:-60}
 BUILD_CACHE=${CTRAIN_BUILD_CACHE:-20GB}
-MIN_FREE_GIB=${CTRAIN_SERVICES_MIN_FREE_GIB:-15}
+MIN_FREE_GIB=${CTRAIN_SERVICES_MIN_FREE_GIB:-40}
 NODES=${CTRAIN_SERVICES_NODES:-0}
 export PATH=$PATH:/usr/sbin:/sbin  # munged, slurmctld, slurmd, dockerd live in sbin
 LOGDIR=/var/log/ctrain
