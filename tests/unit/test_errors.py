@@ -28,8 +28,13 @@ def page_exit_codes() -> dict[int, set[str]]:
 
 
 def code_exit_codes() -> dict[int, set[str]]:
-    """Every exit code ctrain.errors defines: its error classes' and REQUEUE_EXIT_CODE."""
-    found: dict[int, set[str]] = {0: set(), errors.REQUEUE_EXIT_CODE: {"REQUEUE_EXIT_CODE"}}
+    """Every exit code ctrain.errors defines: its error classes', REQUEUE_EXIT_CODE and
+    STALLED_EXIT_CODE."""
+    found: dict[int, set[str]] = {
+        0: set(),
+        errors.REQUEUE_EXIT_CODE: {"REQUEUE_EXIT_CODE"},
+        errors.STALLED_EXIT_CODE: {"STALLED_EXIT_CODE"},
+    }
     for name, value in vars(errors).items():
         if isinstance(value, type) and issubclass(value, errors.CtrainError):
             found.setdefault(value.exit_code, set()).add(name)

@@ -51,6 +51,8 @@ CASES: dict[int, tuple[list[str], dict[str, str], str]] = {
 ELSEWHERE = {
     75: "tests/integration/test_preemption_real.py::"
     "test_single_stopped_twice_ends_with_the_uninterrupted_weights",
+    124: "tests/integration/test_watchdog_real.py::"
+    "test_a_stopped_rank_leaves_the_other_stuck_and_its_watchdog_ends_the_step",
     130: "tests/unit/cli/test_cli.py::test_ctrl_c_is_one_line_and_130",
 }
 
