@@ -25,11 +25,11 @@ esac
 """
 FAKE_SCONTROL = """#!/bin/bash
 # `scontrol -o show job ID` prints the job with JobState=$FAKE_JOB_STATE (nothing when unset;
-# FAKE_JOB_STATE_LATER from the second call on) and PreemptTime=$FAKE_PREEMPT_TIME (None when
-# unset), and exits with $FAKE_SHOW_EXIT. `scontrol show config` says PreemptType
-# $FAKE_PREEMPT_TYPE (preempt/partition_prio when unset); `scontrol -o show partition P` says
-# PreemptMode=$FAKE_PREEMPT_MODE (OFF when unset). Any other command is recorded in
-# $FAKE_DIR/scontrol.
+# FAKE_JOB_STATE_LATER from the second call on), Requeue=$FAKE_REQUEUE (1 when unset) and
+# PreemptTime=$FAKE_PREEMPT_TIME (None when unset), and exits with $FAKE_SHOW_EXIT.
+# `scontrol show config` says PreemptType $FAKE_PREEMPT_TYPE (preempt/partition_prio when
+# unset); `scontrol -o show partition P` says PreemptMode=$FAKE_PREEMPT_MODE (OFF when unset).
+# Any other command is recorded in $FAKE_DIR/scontrol.
 if [ "$1 $2 $3" = "-o show job" ]; then
     state=${FAKE_JOB_STATE:-}
     if [ -e "$FAKE_DIR/shown" ] && [ -n "${FAKE_JOB_STATE_LATER:-}" ]; then
@@ -37,7 +37,8 @@ if [ "$1 $2 $3" = "-o show job" ]; then
     fi
     touch "$FAKE_DIR/shown"
     [ -n "$state" ] && echo "JobId=$4 JobName=x JobState=$state Reason=None" \\
-        "EndTime=2026-01-01T00:01:00 PreemptTime=${FAKE_PREEMPT_TIME:-None}"
+        "Requeue=${FAKE_REQUEUE:-1} EndTime=2026-01-01T00:01:00" \\
+        "PreemptTime=${FAKE_PREEMPT_TIME:-None}"
     exit "${FAKE_SHOW_EXIT:-0}"
 fi
 if [ "$1 $2" = "show config" ]; then

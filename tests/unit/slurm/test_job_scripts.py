@@ -166,7 +166,8 @@ def test_requeue_truth_table(fakes: Path, rc: int, state: str) -> None:
 
 
 # A preempted job whose partition's PreemptMode is not REQUEUE (CANCEL), or not known to the
-# script (preemption by QOS): the script ends neither too early (the job would end COMPLETED,
+# script (preemption by QOS), or that may not be requeued (Slurm cancels it): the script ends
+# neither too early (the job would end COMPLETED,
 # Slurm's preemption lost) nor by a requeue of its own, but waits for Slurm's SIGTERM at the end
 # of the grace time, or for a state other than RUNNING (polled every 10 s).
 WAITING = {
@@ -176,6 +177,7 @@ WAITING = {
         "FAKE_PREEMPT_MODE": "REQUEUE",
         "FAKE_PREEMPT_TYPE": "preempt/qos",
     },
+    "REQUEUE, --no-requeue": {**PREEMPTED, "FAKE_PREEMPT_MODE": "REQUEUE", "FAKE_REQUEUE": "0"},
 }
 
 
