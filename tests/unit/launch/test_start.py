@@ -91,9 +91,9 @@ def test_the_training_gets_the_stop_signals_default_back(
     """A rank started with SIGTERM ignored (``trap '' TERM`` in a job script): the exec'd
     training gets the default back, for the stop signals only (SIGHUP stays as it came)."""
 
-    def ignore() -> None:
-        for signum in ignored:
-            signal.signal(signum, signal.SIG_IGN)
+    def ignore() -> None:  # whatever this process came with (nohup ignores SIGHUP)
+        for signum in (signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
 
     done = subprocess.run(
         [CTRAIN, "launch", "--", sys.executable, "-c", PROBE],
