@@ -40,8 +40,13 @@ def names(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
-def errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("ctrain: error:")]
+def the_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The run's one ``ctrain: error:`` line, after checking it ended with CheckpointError's
+    code and no traceback."""
+    assert done.returncode == CheckpointError.exit_code == 6, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("ctrain: error:")]
+    return line
 
 
 @contextmanager
@@ -69,10 +74,7 @@ def test_a_full_disk_ends_with_one_line_and_the_previous_checkpoint_intact(
 ) -> None:
     size = checkpoint_bytes * 3 // 2 // 1024  # room for one checkpoint, not two
     with tmpfs(tmp_path / "ckpt", f"size={size}k") as ckpt:
-        done = train(tmp_path, 3)
-        assert done.returncode == CheckpointError.exit_code == 6, done.stderr[-3000:]
-        assert "Traceback" not in done.stderr, done.stderr[-3000:]
-        (line,) = errors(done.stderr)
+        line = the_error_line(train(tmp_path, 3))
         assert line.startswith(
             f"ctrain: error: checkpoint ckpt-e000002-s000000000 could not be written in {ckpt}: "
             "No space left on device ("
@@ -84,10 +86,7 @@ def test_a_full_disk_ends_with_one_line_and_the_previous_checkpoint_intact(
 
 def test_a_read_only_directory_ends_with_one_line_before_any_checkpoint(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ckpt", "ro", "size=1m") as ckpt:
-        done = train(tmp_path, 2)
-    assert done.returncode == 6, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    (line,) = errors(done.stderr)
+        line = the_error_line(train(tmp_path, 2))
     assert line.startswith(
         f"ctrain: error: checkpoint ckpt-e000001-s000000000 could not be written in {ckpt}: "
         "Read-only file system ("
@@ -128,9 +127,7 @@ def test_no_loadable_checkpoint_is_an_error_not_a_start_over(tmp_path: Path) -> 
     ckpt = tmp_path / "ckpt"
     damage(ckpt / "ckpt-e000002-s000000000")
     (ckpt / "ckpt-e000001-s000000000" / "manifest.json").write_text("{")
-    done = train(tmp_path, 3, restart=1)
-    assert done.returncode == 6, done.stderr[-3000:]
-    (line,) = errors(done.stderr)
+    line = the_error_line(train(tmp_path, 3, restart=1))
     assert line.startswith(
         f"ctrain: error: no checkpoint in {ckpt} can be loaded (ckpt-e000001-s000000000: its "
         "manifest.json is damaged; ckpt-e000002-s000000000: "
