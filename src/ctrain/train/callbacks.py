@@ -112,7 +112,7 @@ class WarmUp(Callback):  # type: ignore[misc,valid-type]
 
 class WatchProgress(Callback):  # type: ignore[misc,valid-type]
     """Tells the watchdog of every step's and epoch's end while ``fit`` runs (and of its own
-    validation and prediction steps); nothing is watched outside ``fit``."""
+    validation steps); nothing is watched outside ``fit``."""
 
     def __init__(self, timeout: float) -> None:
         super().__init__()

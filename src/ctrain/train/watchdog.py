@@ -4,7 +4,7 @@ A rank that dies ends its step (srun, mpirun and Horovod notice a dead process);
 hangs does not: a peer stopped (SIGSTOP, a node swapping to death), a collective waiting for a
 message that never comes, a file system that no longer answers. Every other rank then waits in
 its next collective, and the job holds its GPUs until the time limit. Here each rank watches its
-own progress: the end of a training, evaluation or prediction step, or of an epoch. While
+own progress: the end of a training or validation step, or of an epoch. While
 ``fit`` runs and none comes for ``stall_timeout`` seconds (``CTRAIN_STALL_TIMEOUT``), the rank
 says so in one line and ends with ``STALLED_EXIT_CODE``; the launcher ends the others. Outside
 ``fit`` nothing is watched (the script's own evaluation or export may take what it takes).
