@@ -132,6 +132,13 @@ _OS_FIXES = {
 }
 
 
+class NodeFaultError(CtrainError):
+    """A job that cannot go on: every node failed its preflight, or its fault retries are spent
+    (slurm/faults.py)."""
+
+    exit_code = 8
+
+
 class Interrupted(CtrainError):
     """SIGINT (Ctrl-C), SIGTERM or SIGHUP: stopped, and what was half done removed."""
 

@@ -233,6 +233,25 @@ class Settings:
         False, "check the interconnect instead (ctrain doctor)", _flag, flag="--network"
     )
     check_network: bool = _row(False, "job scripts run ctrain doctor --network first", _flag)
+    preflight: bool = _row(
+        True,
+        "job scripts check every node before training and after a failed step, and requeue "
+        "the job without a node that fails (ctrain job preflight)",
+        _flag,
+    )
+    preflight_free: int = _row(
+        1,
+        "GiB the preflight asks to be free in the job's directory and each node's /tmp",
+        _positive_int,
+        metavar="GIB",
+    )
+    fault_retries: int = _row(
+        3,
+        "times a job script requeues its job after a fault (a node failing its check, a rank "
+        "killed or stalled); the time limit's and preemption's requeues are not counted",
+        _non_negative_int,
+        metavar="N",
+    )
 
     # What only ``ctrain bench`` reads (BENCH_PREFIX; env CTRAIN_BENCH_*).
     bench_workers: str = _row(

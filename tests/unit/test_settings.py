@@ -196,7 +196,7 @@ KNOWN = (
     "show_secrets, "
     "min_free_gb, build_tmpdir, progress, keep_proxies, quiet, keras, tune, skip_mpi_check, "
     "profile, profile_dir, profile_ranks, data_dir, stop_budget, stall_timeout, "
-    "doctor_network, check_network, "
+    "doctor_network, check_network, preflight, preflight_free, fault_retries, "
     "bench_workers, bench_model, bench_batch, bench_image_size, bench_steps, bench_iters, "
     "bench_warmup, bench_threads, bench_launcher, bench_launcher_args, bench_script, "
     "bench_timeout, bench_out, bench_profile"

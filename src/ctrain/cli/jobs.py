@@ -109,3 +109,23 @@ def submit(mode: str, save: str | None, **flags: Any) -> None:
         os.chmod(path, 0o755)
         out = proc.check(jobs.sbatch_argv(path))
     click.echo(jobs.job_id(out))
+
+
+@job.command("preflight")
+@click.argument("exit_code", required=False, type=int)
+def preflight(exit_code: int | None) -> None:
+    """Check every node of this job and print what the job script does next.
+
+    The job scripts run it before training and, with the step's EXIT_CODE, after a step that
+    failed: it prints `go`, `requeue [NODES]` (the job requeued without NODES) or `end`, and
+    its reasons on stderr, for the job's log. [env CTRAIN_PREFLIGHT, CTRAIN_PREFLIGHT_FREE,
+    CTRAIN_FAULT_RETRIES]
+    """
+    from pathlib import Path
+
+    from ctrain.slurm.preflight import job_verdict
+
+    verdict, lines = job_verdict(os.environ, settings_from({}), Path.cwd(), exit_code)
+    for line in lines:
+        click.echo(line, err=True)
+    click.echo(verdict.line())

@@ -61,6 +61,29 @@ def run(
         ) from exc
 
 
+def run_within(
+    argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
+) -> tuple[int | None, str]:
+    """Run ``argv`` with its stdout captured and its stderr passed through to ours. Its exit code
+    and stdout; past ``timeout`` seconds it is killed: None and the stdout it wrote until then."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            list(argv),
+            env=None if env is None else dict(env),
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise _not_found(argv[0], exc) from exc
+    except subprocess.TimeoutExpired as exc:
+        return None, (exc.stdout or b"").decode(errors="replace")
+    return done.returncode, done.stdout.decode(errors="replace")
+
+
 TAIL_LINES = 40  # of a tool's output, kept to show or quote when it fails
 
 

@@ -46,6 +46,18 @@ CASES: dict[int, tuple[list[str], dict[str, str], str]] = {
     ),
     6: ([sys.executable, "-c", OTHER_CONFIG], {}, "different training configuration"),
     7: ([CTRAIN, "examples", "copy", "/proc/ctrain-test"], {}, "No such file or directory"),
+    # A job script's check after a step a SIGKILL ended, with no fault retries to spend.
+    8: (
+        [CTRAIN, "job", "preflight", "137"],
+        {
+            "SLURM_JOB_ID": "5",
+            "SLURM_JOB_NODELIST": "n[1-2]",
+            "CTRAIN_PREFLIGHT": "0",
+            "CTRAIN_FAULT_RETRIES": "0",
+            "SLURM_SUBMIT_DIR": "/proc/ctrain-test",
+        },
+        "the job's fault retries are spent",
+    ),  # fmt: skip
 }
 # Codes a command line alone cannot reach: the test that shows each.
 ELSEWHERE = {

@@ -29,7 +29,7 @@ FAKE_SCONTROL = """#!/bin/bash
 # PreemptTime=$FAKE_PREEMPT_TIME (None when unset), and exits with $FAKE_SHOW_EXIT.
 # `scontrol show config` says PreemptType $FAKE_PREEMPT_TYPE (preempt/partition_prio when
 # unset); `scontrol -o show partition P` says PreemptMode=$FAKE_PREEMPT_MODE (OFF when unset).
-# Any other command is recorded in $FAKE_DIR/scontrol.
+# Any other command is added to $FAKE_DIR/scontrol, one word per line.
 if [ "$1 $2 $3" = "-o show job" ]; then
     state=${FAKE_JOB_STATE:-}
     if [ -e "$FAKE_DIR/shown" ] && [ -n "${FAKE_JOB_STATE_LATER:-}" ]; then
@@ -50,11 +50,23 @@ if [ "$1 $2 $3" = "-o show partition" ]; then
     echo "PartitionName=$4 PriorityTier=1 PreemptMode=${FAKE_PREEMPT_MODE:-OFF} GraceTime=30"
     exit 0
 fi
-printf '%s\\n' "$@" > "$FAKE_DIR/scontrol"
+printf '%s\\n' "$@" >> "$FAKE_DIR/scontrol"
 """
 FAKE_CTRAIN = """#!/bin/bash
-# A stand-in for `ctrain resolve IMAGE` and `ctrain carried`: records each argv, prints where the
-# image would be, or the carried launcher's mounts.
+# A stand-in for `ctrain resolve IMAGE`, `ctrain carried` and `ctrain job preflight`: records
+# each argv, prints where the image would be, the carried launcher's mounts, or the verdict.
+if [ "$1 $2" = "job preflight" ]; then
+    # The preflight: before training (no exit code) it says $FAKE_BEFORE (go) and exits with
+    # $FAKE_BEFORE_EXIT, after a failed step $FAKE_AFTER (end) and $FAKE_AFTER_EXIT; each call is
+    # recorded in $FAKE_DIR/preflight.
+    printf '%s\\n' "${3:-before}" >> "$FAKE_DIR/preflight"
+    if [ -n "${3:-}" ]; then
+        echo "${FAKE_AFTER:-end}"
+        exit "${FAKE_AFTER_EXIT:-0}"
+    fi
+    echo "${FAKE_BEFORE:-go}"
+    exit "${FAKE_BEFORE_EXIT:-0}"
+fi
 printf '%s\\n' "$@" >> "$FAKE_DIR/ctrain"
 [ -n "${FAKE_RESOLVE_EXIT:-}" ] && exit "$FAKE_RESOLVE_EXIT"
 [ "$1" = resolve ] && echo "/pulled/$2"

@@ -84,6 +84,59 @@ def test_the_requeue_exit_code_requeues_the_job(fakes: Path) -> None:
     assert (fakes / "scontrol").read_text().split() == ["requeue", "77"]
 
 
+# The preflight (`ctrain job preflight`, its verdicts tested in tests/unit/slurm/test_faults.py):
+# before the step, and after a step that failed on its own with the step's exit code.
+def test_every_run_checks_the_nodes_before_the_step(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE="exit:0"))
+    assert done.returncode == 0, done.stderr
+    assert (fakes / "preflight").read_text().split() == ["before"]  # not after a success
+
+
+def test_a_node_that_fails_the_preflight_is_left_out_and_nothing_starts(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE="exit:0", FAKE_BEFORE="requeue cn02,cn03"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (fakes / "argv").exists()  # no rank started
+    words = (fakes / "scontrol").read_text().split()
+    assert words == ["requeue", "77", "update", "JobId=77", "ExcNodeList=cn02,cn03"]
+    assert "requeued without cn02,cn03" in done.stdout
+
+
+def test_a_preflight_that_refuses_the_job_ends_it_with_its_code(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE="exit:0", FAKE_BEFORE_EXIT="8"))
+    assert done.returncode == 8
+    assert not (fakes / "argv").exists()
+    assert not (fakes / "scontrol").exists()
+
+
+@pytest.mark.parametrize(
+    ("after", "requeued"),
+    [("requeue", ["requeue", "77"]), ("requeue cn02", ["requeue", "77", "update", "JobId=77",
+     "ExcNodeList=cn02"]), ("end", None)],
+)  # fmt: skip
+def test_a_failed_step_is_requeued_or_ended_as_the_second_check_says(
+    fakes: Path, after: str, requeued: list[str] | None
+) -> None:
+    done = run(script(fakes, "multiworker"), env(fakes, FAKE_MODE="exit:137", FAKE_AFTER=after))
+    assert (fakes / "preflight").read_text().split() == ["before", "137"]
+    if requeued is None:
+        assert done.returncode == 137
+        assert not (fakes / "scontrol").exists()
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (fakes / "scontrol").read_text().split() == requeued
+
+
+def test_a_failing_second_check_ends_the_job_with_the_step_s_code(fakes: Path) -> None:
+    done = run(script(fakes), env(fakes, FAKE_MODE="exit:137", FAKE_AFTER_EXIT="8"))
+    assert done.returncode == 137
+    assert not (fakes / "scontrol").exists()
+
+
+def test_the_checkpointed_exit_code_skips_the_second_check(fakes: Path) -> None:
+    run(script(fakes), env(fakes, FAKE_MODE=f"exit:{REQUEUE_EXIT_CODE}"))
+    assert (fakes / "preflight").read_text().split() == ["before"]
+
+
 @pytest.mark.parametrize("signals", [1, 2])
 def test_usr2_is_passed_to_the_step_then_the_job_is_requeued(fakes: Path, signals: int) -> None:
     proc = subprocess.Popen(
