@@ -3,19 +3,29 @@
 docs/cluster.md) and run as written, one rank per node; the multiworker script signalled twice
 runs three times and ends with the weights of an uninterrupted 2-node run.
 
+Faults (issue 45): a rank killed mid-run (SIGKILL, as the OOM killer or a crash) has the job
+requeued without its node, on the third host, where it resumes to the uninterrupted weights; a
+host lost before a run (its slurmd and everything on it killed, which Slurm notices only after
+SlurmdTimeout) fails the preflight and the job is requeued without it at once, or, with no fault
+retries left, ends in one line; a script that raises on every rank is not requeued.
+
 The job helpers are slurm_jobs.py's (the same scripts as test_jobs_real.py on the one-node
 partition); job files live in ``cluster_tmp``, which every host shares.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ctrain.launch.hostlist import expand_hostlist
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
+from tests.helpers import REPO
 
 from .multinode import OPENMPI_ON_THE_CLUSTER
 from .slurm_jobs import (
@@ -124,3 +134,94 @@ def test_requeue_loop_on_two_nodes_resumes_exactly(
     ]
     assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == list(range(EPOCHS))
     assert final_weights(out, 2) == final_weights(uninterrupted, 2), nodes
+
+
+def nodes_of(record: dict[str, str]) -> list[str]:
+    return expand_hostlist(record["NodeList"], "NodeList")
+
+
+def test_a_rank_killed_mid_run_is_requeued_without_its_node_and_resumes_exactly(
+    uninterrupted: Path, cluster_tmp: Path, submitted: list[str]
+) -> None:
+    out = cluster_tmp / "out"
+    command = ["python", str(RESUMABLE), str(out), str(EPOCHS), *holds("1:5")]
+    script = render("multiworker", command, job_name="2n-killed", **NODES)
+    job = submit(script, cluster_tmp, submitted, **OPENMPI_ON_THE_CLUSTER)
+    wait_held(job, out, 0, cluster_tmp)
+    first = nodes_of(job_record(job))
+    os.kill(int((out / "held-run0-rank1").read_text()), signal.SIGKILL)  # rank 1: first[1]
+    record = wait_done(job, cluster_tmp)
+    text = log(cluster_tmp, tail=0)
+    assert record["JobState"] == "COMPLETED", text
+    assert record["Restarts"] == "1" and record["ExcNodeList"] == first[1], text
+    assert first[1] not in nodes_of(record) and len(nodes_of(record)) == 2
+    assert f"{first[1]}: task 1 was ended by a signal (Killed), the first to end" in text
+    assert f"job {job} requeued without {first[1]}" in text
+    assert "fault retries used: 1 of 3" in text
+    runs = lines(out / "runs.jsonl")
+    assert sorted((r["restart"], r["end"]) for r in runs if r["restart"] == 1) == [
+        (1, "done"),
+        (1, "done"),
+    ]
+    assert final_weights(out, 2) == final_weights(uninterrupted, 2)
+
+
+@pytest.fixture
+def lost_host() -> Iterator[str]:
+    """cn02 lost: its slurmd and everything on it killed, as a host that died; Slurm notices
+    only after SlurmdTimeout (300 s). Its slurmd is started again afterwards."""
+    pids = subprocess.run(["ip", "netns", "pids", "cn02"], capture_output=True, text=True,
+                          timeout=30, check=True).stdout.split()  # fmt: skip
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    try:
+        yield "cn02"
+    finally:
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "services.sh"), "start"],
+            env={**os.environ, "CTRAIN_SERVICES_NODES": "3"},
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
+
+
+def test_a_host_lost_before_a_run_is_left_out_at_once(
+    lost_host: str, cluster_tmp: Path, submitted: list[str]
+) -> None:
+    # Slurm still takes cn02 for up (the lowest-named idle hosts: cn01 and cn02).
+    spent, left = cluster_tmp / "spent", cluster_tmp / "left"
+    spent.mkdir()
+    left.mkdir()
+    script = render("multiworker", ["true"], job_name="2n-lost", **NODES)
+    job = submit(script, spent, submitted, CTRAIN_FAULT_RETRIES="0")
+    record = wait_done(job, spent)
+    text = log(spent, tail=0)
+    assert "run 0 on cn[01-02]" in text, "Slurm did not give the job the lost host"
+    assert record["JobState"] == "FAILED" and record["ExitCode"] == "8:0", text
+    assert (
+        f"ctrain: error: {lost_host} failed the check: {lost_host} did not answer; the job's "
+        "fault retries are spent (fault retries used: 0 of 0)"
+    ) in text
+    assert "ctrain: mode=" not in text  # no rank started
+
+    job = submit(script, left, submitted)
+    record = wait_done(job, left)
+    text = log(left, tail=0)
+    assert record["JobState"] == "COMPLETED" and record["Restarts"] == "1", text
+    assert record["ExcNodeList"] == lost_host and lost_host not in nodes_of(record), text
+    assert f"{lost_host}: FAIL did not answer" in text
+    assert "ended with exit code 0" in text
+
+
+def test_a_script_that_raises_on_every_rank_is_not_requeued(
+    cluster_tmp: Path, submitted: list[str]
+) -> None:
+    command = ["python", "-c", "raise RuntimeError('a bug of the script')"]
+    job = submit(render("multiworker", command, job_name="2n-bug", **NODES), cluster_tmp, submitted)
+    record = wait_done(job, cluster_tmp)
+    text = log(cluster_tmp, tail=0)
+    assert record["JobState"] == "FAILED" and record["ExitCode"] == "1:0", text
+    assert record["Restarts"] == "0", text
+    assert "its own error, which a rerun would repeat; not requeueing the job" in text
+    assert not (cluster_tmp / ".ctrain").exists()

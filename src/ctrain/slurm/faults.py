@@ -61,19 +61,24 @@ class Retries:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the job script does next: ``go`` on training (or end with the training's code),
-    ``requeue`` leaving ``exclude`` out (every node left out so far; none: the same nodes), or
-    ``end``. ``say`` is for the job's log; ``record`` is the retry to keep, if one is spent."""
+    """What the job script does next: ``go`` on training, ``requeue`` leaving ``exclude`` out
+    (every node left out so far; none: the same nodes), or ``end`` with ``exit_code`` (the
+    first failing task's, which srun's own, the highest of all, may hide). ``say`` is for the
+    job's log; ``record`` is the retry to keep, if one is spent."""
 
     action: Action
     say: str
     exclude: tuple[str, ...] = ()
     record: Retry | None = None
+    exit_code: int = 0
 
     def line(self) -> str:
-        """The one stdout line the job script reads: ``go``, ``end`` or ``requeue [NODES]``."""
+        """The one stdout line the job script reads: ``go``, ``end CODE`` or
+        ``requeue [NODES]``."""
         if self.action == "requeue":
             return " ".join(["requeue", ",".join(self.exclude)]).strip()
+        if self.action == "end":
+            return f"end {self.exit_code}"
         return self.action
 
 
@@ -234,4 +239,5 @@ def _own_error(code: int) -> Verdict:
         "end",
         f"the training ended with exit code {code} on nodes that pass their check: its own "
         "error, which a rerun would repeat; not requeueing the job",
+        exit_code=code,
     )

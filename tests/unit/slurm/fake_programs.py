@@ -57,11 +57,11 @@ FAKE_CTRAIN = """#!/bin/bash
 # each argv, prints where the image would be, the carried launcher's mounts, or the verdict.
 if [ "$1 $2" = "job preflight" ]; then
     # The preflight: before training (no exit code) it says $FAKE_BEFORE (go) and exits with
-    # $FAKE_BEFORE_EXIT, after a failed step $FAKE_AFTER (end) and $FAKE_AFTER_EXIT; each call is
+    # $FAKE_BEFORE_EXIT, after a failed step $FAKE_AFTER (end 3) and $FAKE_AFTER_EXIT; each call is
     # recorded in $FAKE_DIR/preflight.
     printf '%s\\n' "${3:-before}" >> "$FAKE_DIR/preflight"
     if [ -n "${3:-}" ]; then
-        echo "${FAKE_AFTER:-end}"
+        echo "${FAKE_AFTER:-end 3}"
         exit "${FAKE_AFTER_EXIT:-0}"
     fi
     echo "${FAKE_BEFORE:-go}"

@@ -131,7 +131,9 @@ def test_a_retry_is_recorded_with_its_run_and_reason() -> None:
 def test_the_verdict_lines_the_job_script_reads() -> None:
     assert decide(job(), bad=(), reasons="", exit_code=137).line() == "requeue"
     assert decide(job(), bad=(), reasons="", exit_code=None).line() == "go"
-    assert decide(job(), bad=(), reasons="", exit_code=1).line() == "end"
+    assert decide(job(), bad=(), reasons="", exit_code=1).line() == "end 1"
+    raised = decide(job(), bad=(), reasons="", exit_code=143, first=RAISED)
+    assert raised.line() == "end 1"  # the first failing rank's code, not srun's highest
 
 
 SRUN_LOG = """\
