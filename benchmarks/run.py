@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/run.py [--out runs/bench]
                                        [--only startup,launch,scaling,input,memory,scripts,
-                                              apptainer,profile]
+                                              apptainer,profile,faults]
 
-Sections (README.md, section Benchmarks, shows the figures):
+Sections (docs/benchmarks.md shows the figures):
   startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
            `python -c "import click"` (benchmarks/startup.py)
   launch   time to the first training step: direct, `ctrain launch`, `srun ctrain launch`,
@@ -19,6 +19,9 @@ Sections (README.md, section Benchmarks, shows the figures):
            `--no-launch`, and where the difference goes (benchmarks/apptainer_exec.py)
   profile  `ctrain launch --profile` against none on a small tf-keras script: steps/s outside
            and inside the traced window (benchmarks/profile_overhead.py)
+  faults   SIGTERM to every rank's end with the checkpoint and the steps lost, per mode; a
+           rank's death to the step's end, per launcher; the stall watchdog's cost per step
+           (benchmarks/faults.py)
 
 Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
 `make install services`. Numbers are ratios taken in the same run, interleaved where it
@@ -40,6 +43,7 @@ from typing import Any
 
 from apptainer_exec import apptainer_exec, apptainer_table
 from common import REPO, T0, say
+from faults import faults, faults_table
 from overhead import launch_overhead, launch_table, memory, memory_table
 from profile_overhead import profile_overhead, profile_table
 from scaling import scaling, scaling_plot, scaling_table
@@ -47,7 +51,9 @@ from scripts_vs_api import scripts_table, scripts_vs_api
 from startup import startup, startup_table
 from throughput import input_pipeline, input_table
 
-SECTIONS = ("startup", "launch", "scaling", "input", "memory", "scripts", "apptainer", "profile")
+SECTIONS = (
+    "startup", "launch", "scaling", "input", "memory", "scripts", "apptainer", "profile", "faults",
+)  # fmt: skip
 
 
 def find_image(requested: str | None) -> str | None:
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", help="docker image with TF and ctrain (default: the CPU one)")
     parser.add_argument("--sif", help="SIF with Python and ctrain for section apptainer")
     parser.add_argument("--profile-reps", type=int, default=5, help="profile repetitions")
+    parser.add_argument("--faults-reps", type=int, default=5, help="faults repetitions")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -132,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     if "profile" in only:
         results["profile"] = profile_overhead(work, args.profile_reps)
         tables.append(("Profiling overhead", profile_table(results["profile"])))
+    if "faults" in only:
+        results["faults"] = faults(work, args.faults_reps)
+        tables.append(("Faults", faults_table(results["faults"])))
     load_after = os.getloadavg()
     elapsed = time.monotonic() - T0
     head = (
