@@ -25,7 +25,7 @@ import pytest
 
 from ctrain.launch.hostlist import expand_hostlist
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_for
 
 from .multinode import OPENMPI_ON_THE_CLUSTER
 from .slurm_jobs import (
@@ -166,17 +166,21 @@ def test_a_rank_killed_mid_run_is_requeued_without_its_node_and_resumes_exactly(
     assert final_weights(out, 2) == final_weights(uninterrupted, 2)
 
 
-@pytest.fixture
-def lost_host() -> Iterator[str]:
-    """cn02 lost: its slurmd and everything on it killed, as a host that died; Slurm notices
-    only after SlurmdTimeout (300 s). Its slurmd is started again afterwards."""
-    pids = subprocess.run(["ip", "netns", "pids", "cn02"], capture_output=True, text=True,
-                          timeout=30, check=True).stdout.split()  # fmt: skip
-    for pid in pids:
-        os.kill(int(pid), signal.SIGKILL)
-    try:
-        yield "cn02"
-    finally:
+class Host:
+    """A compute host that can be lost (its slurmd and everything on it killed, as a host that
+    died: Slurm notices only after SlurmdTimeout, 300 s) and brought back (its slurmd started
+    again, as after a reboot: the job it had is then let go)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def lose(self) -> None:
+        pids = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+        for pid in pids:
+            os.kill(int(pid), signal.SIGKILL)
+
+    def back(self) -> None:
         subprocess.run(
             ["bash", str(REPO / "scripts" / "services.sh"), "start"],
             env={**os.environ, "CTRAIN_SERVICES_NODES": "3"},
@@ -186,32 +190,46 @@ def lost_host() -> Iterator[str]:
         )
 
 
-def test_a_host_lost_before_a_run_is_left_out_at_once(
-    lost_host: str, cluster_tmp: Path, submitted: list[str]
-) -> None:
-    # Slurm still takes cn02 for up (the lowest-named idle hosts: cn01 and cn02).
-    spent, left = cluster_tmp / "spent", cluster_tmp / "left"
-    spent.mkdir()
-    left.mkdir()
-    script = render("multiworker", ["true"], job_name="2n-lost", **NODES)
-    job = submit(script, spent, submitted, CTRAIN_FAULT_RETRIES="0")
-    record = wait_done(job, spent)
-    text = log(spent, tail=0)
-    assert "run 0 on cn[01-02]" in text, "Slurm did not give the job the lost host"
-    assert record["JobState"] == "FAILED" and record["ExitCode"] == "8:0", text
-    assert (
-        f"ctrain: error: {lost_host} failed the check: {lost_host} did not answer; the job's "
-        "fault retries are spent (fault retries used: 0 of 0)"
-    ) in text
-    assert "ctrain: mode=" not in text  # no rank started
+@pytest.fixture
+def cn02() -> Iterator[Host]:
+    host = Host("cn02")
+    try:
+        yield host
+    finally:
+        host.back()
 
-    job = submit(script, left, submitted)
-    record = wait_done(job, left)
-    text = log(left, tail=0)
+
+def test_a_host_lost_before_a_run_is_left_out_at_once(
+    cn02: Host, cluster_tmp: Path, submitted: list[str]
+) -> None:
+    cn02.lose()  # Slurm still takes it for up: the lowest-named idle hosts are cn01 and cn02
+    script = render("multiworker", ["true"], job_name="2n-lost", **NODES)
+    job = submit(script, cluster_tmp, submitted)
+    wait_for(lambda: "requeued without" in log(cluster_tmp), "the requeue", timeout=120)
+    cn02.back()  # the requeued job waits for the lost host to let go of it
+    record = wait_done(job, cluster_tmp)
+    text = log(cluster_tmp, tail=0)
+    assert "run 0 on cn[01-02]" in text, "Slurm did not give the job the lost host"
     assert record["JobState"] == "COMPLETED" and record["Restarts"] == "1", text
-    assert record["ExcNodeList"] == lost_host and lost_host not in nodes_of(record), text
-    assert f"{lost_host}: FAIL did not answer" in text
-    assert "ended with exit code 0" in text
+    assert record["ExcNodeList"] == "cn02" and "cn02" not in nodes_of(record), text
+    assert "cn02: FAIL did not answer" in text
+    assert "cn02 failed the check: cn02 did not answer: requeueing the job without cn02" in text
+    assert "ctrain: mode=" not in text.split("run 1 on")[0]  # no rank started in run 0
+
+
+def test_a_spent_budget_ends_the_job_in_one_line(cluster_tmp: Path, submitted: list[str]) -> None:
+    command = ["bash", "-c", 'if [ "$SLURM_PROCID" = 1 ]; then kill -9 $$; fi; sleep 5']
+    script = render("multiworker", command, job_name="2n-spent", **NODES)
+    job = submit(script, cluster_tmp, submitted, CTRAIN_FAULT_RETRIES="0")
+    record = wait_done(job, cluster_tmp)
+    text = log(cluster_tmp, tail=0)
+    assert record["JobState"] == "FAILED" and record["Restarts"] == "0", text
+    assert record["ExitCode"] == "8:0", text  # NodeFaultError's
+    node = nodes_of(record)[1]
+    assert (
+        f"ctrain: error: {node}: task 1 was ended by a signal (Killed), the first to end; the "
+        "job's fault retries are spent (fault retries used: 0 of 0) Fix: "
+    ) in text
 
 
 def test_a_script_that_raises_on_every_rank_is_not_requeued(
