@@ -265,8 +265,8 @@ def exit_codes_page() -> str:
         (
             STALLED_EXIT_CODE,
             "a training rank in `fit` ended itself: no step for `CTRAIN_STALL_TIMEOUT` seconds "
-            "(a peer stopped or lost, a hung collective or file system; "
-            "[preemption](preemption.md))",
+            "(a peer stopped or lost, a hung collective or file system), or a Horovod rank "
+            "under `srun --mpi=pmix` whose peer's process was lost ([preemption](preemption.md))",
             "`STALLED_EXIT_CODE`",
         )
     )

@@ -36,7 +36,7 @@ from ctrain.names import Launched as Launched
 from ctrain.names import Mode
 from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, check_ranks, parse_window
 from ctrain.settings import resolve
-from ctrain.train import profiling
+from ctrain.train import peerwatch, profiling, stopping
 from ctrain.train import steps as step_hooks
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE as REQUEUE_EXIT_CODE
 
@@ -318,8 +318,6 @@ def _tf_strategy(placed: Launched) -> Any:
     # TensorFlow's coordination service has just installed a SIGTERM handler that only records
     # the signal: a script would train on until SIGKILL. SIGTERM ends it again, unless ctrain's
     # stop handler (ctx.resume, ctx.preemption_callbacks) takes it.
-    from ctrain.train import stopping
-
     stopping.default_sigterm()
     return strategy
 
@@ -354,6 +352,7 @@ def init(environ: MutableMapping[str, str] | None = None) -> Context:
     env = os.environ if environ is None else environ
     placed = prepare_environ(env, sys.argv[0])
     step_hooks.arm_from(env)  # --profile for a script started without ctrain launch's hook
+    peerwatch.WATCH.arm_from(env, stopping.end_process)  # the same; armed once
     keras3 = not tf_keras_chosen(env.get(LEGACY_KERAS))
     if placed.mode is Mode.MULTIWORKER and keras3:
         from ctrain.train import keras3_mwms

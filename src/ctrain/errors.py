@@ -13,7 +13,8 @@ from ctrain import __version__
 #: The exit status with which training asks its job script to requeue the job (EX_TEMPFAIL).
 REQUEUE_EXIT_CODE = 75
 #: The exit status of a rank that ended itself because no training step ended for the stall
-#: timeout (train/watchdog.py), as timeout(1) ends what runs too long.
+#: timeout (train/watchdog.py), as timeout(1) ends what runs too long; also of a rank that ended
+#: because a peer's process was lost (train/peerwatch.py): a fault of the moment, not its own.
 STALLED_EXIT_CODE = 124
 
 

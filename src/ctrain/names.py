@@ -93,6 +93,8 @@ ENV_LAUNCH_COLLECTIVE = "CTRAIN_LAUNCH_COLLECTIVE"
 ENV_LAUNCH_COLLECTIVE_TIMEOUT = "CTRAIN_LAUNCH_COLLECTIVE_TIMEOUT"
 # Set by the carried launcher's boot.sh (container/carry.py): its interpreter, how it was found
 ENV_CARRIED = "CTRAIN_CARRIED"
+# HOST:PORT of rank 0's peer-loss watch, where the ranks watch each other (launch/peers.py)
+ENV_LAUNCH_PEER_WATCH = "CTRAIN_LAUNCH_PEER_WATCH"
 ENV_LAUNCH_PROFILE = "CTRAIN_LAUNCH_PROFILE"  # the traced steps, FIRST-LAST (launch/profile.py)
 ENV_LAUNCH_PROFILE_RUN = "CTRAIN_LAUNCH_PROFILE_RUN"  # the run's profile directory, absolute
 ENV_LAUNCH_PROFILE_TRACE = "CTRAIN_LAUNCH_PROFILE_TRACE"  # 1: this rank writes a trace

@@ -10,18 +10,11 @@ shell). The seconds each took are printed (``pytest -s``).
 
 - ``srun`` with and without ``--kill-on-bad-exit``, multiworker and Horovod (``--mpi=pmix``),
   each rank on its own compute host (partition ``cluster``, docs/cluster.md). Without
-  ``--kill-on-bad-exit`` srun waits for the other rank, which must notice the loss itself.
+  ``--kill-on-bad-exit`` srun waits for the other rank, which must notice the loss itself:
+  multiworker's sees its peer's connection reset; Horovod's would wait in MPI for ever, and
+  ctrain's peer-loss watch ends it (ctrain/train/peerwatch.py).
 - Open MPI's ``mpirun``, ``horovodrun`` (on Gloo) and MPICH's ``mpiexec.hydra`` (ctrain runs
   Horovod on Gloo under it), Horovod mode, both ranks on this host, as users run them.
-
-Known defect, marked ``xfail(strict=True)``: Horovod under ``srun --mpi=pmix`` without
-``--kill-on-bad-exit``. The other rank's Horovod thread waits in ``MPI_Allreduce`` for good
-(Open MPI 4.1 prints "An MPI communication peer process has unexpectedly disconnected" and
-goes on waiting: without mpirun's daemons nothing aborts the job, and Slurm's PMIx server
-tells no rank of the loss), so only ctrain's stall watchdog ends it, after
-``CTRAIN_STALL_TIMEOUT`` (1800 s by default). ctrain's job scripts always pass
-``--kill-on-bad-exit=1``; a step the user starts with srun alone does not. A fix makes the
-case pass, and strict xfail then fails until the mark is removed.
 """
 
 from __future__ import annotations
@@ -77,17 +70,12 @@ HOROVODRUN = (str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo"
 HYDRA = ("mpiexec.hydra", "-n", "2")
 SLURM = [pytest.mark.slurm, pytest.mark.cluster]
 HOROVOD = pytest.mark.horovod
-MPI_WAITS_FOR_GOOD = pytest.mark.xfail(
-    raises=StillRunning,
-    strict=True,
-    reason="the other rank waits in MPI_Allreduce until CTRAIN_STALL_TIMEOUT (module docstring)",
-)
 LAUNCHERS = [
     pytest.param(Launcher(srun(), "multiworker", True), id="srun-multiworker", marks=SLURM),
     pytest.param(Launcher(srun(KILL_ON_BAD_EXIT), "multiworker", True),
                  id="srun-kill-on-bad-exit-multiworker", marks=SLURM),
     pytest.param(Launcher(srun(PMIX), "horovod", True), id="srun-horovod",
-                 marks=[*SLURM, HOROVOD, MPI_WAITS_FOR_GOOD]),
+                 marks=[*SLURM, HOROVOD]),
     pytest.param(Launcher(srun(PMIX, KILL_ON_BAD_EXIT), "horovod", True),
                  id="srun-kill-on-bad-exit-horovod", marks=[*SLURM, HOROVOD]),
     pytest.param(Launcher(MPIRUN, "horovod", False), id="mpirun-horovod",

@@ -11,7 +11,7 @@ from ctrain.names import AUTO, KERAS_2, Mode
 from ctrain.util.shipped import shipped_dir
 
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"  # TensorFlow's switch: tf.keras is tf-keras, not Keras 3
-STARTUP_HOOK = "train/startup"  # package data: sitecustomize of multiworker and --profile
+STARTUP_HOOK = "train/startup"  # package data: sitecustomize of multiworker, --profile, peer watch
 
 
 def script_of(command: Sequence[str]) -> str | None:
@@ -64,14 +64,15 @@ def legacy_keras(choice: str, script_imports_keras: bool, exported: str | None) 
 
 
 def keras_environment(
-    environ: Mapping[str, str], choice: str, script_imports_keras: bool, profile: bool, mode: Mode
+    environ: Mapping[str, str], choice: str, script_imports_keras: bool, hook: bool, mode: Mode
 ) -> dict[str, str]:
     """TF_USE_LEGACY_KERAS, and the start-up hook first on PYTHONPATH where the script needs
-    it: multiworker mode (SIGTERM; Keras 3), or ``--profile`` (train/startup/sitecustomize.py)."""
+    it: multiworker mode (SIGTERM; Keras 3), or ``hook`` (``--profile``, the peer-loss watch:
+    train/startup/sitecustomize.py)."""
     exported = environ.get(LEGACY_KERAS)
     legacy = legacy_keras(choice, script_imports_keras, exported)
     env = {} if choice == AUTO and exported is not None else {LEGACY_KERAS: "1" if legacy else "0"}
-    if mode is Mode.MULTIWORKER or profile:
+    if mode is Mode.MULTIWORKER or hook:
         path = [str(shipped_dir(STARTUP_HOOK)), environ.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = ":".join(part for part in path if part)
     return env

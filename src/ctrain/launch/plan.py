@@ -20,10 +20,11 @@ from ctrain.launch.gloo import (
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
-from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, choose_window, worker_ports
+from ctrain.launch.peers import peer_watch_address, watches_peers
+from ctrain.launch.ports import RENDEZVOUS_SLOT, Ephemeral, Window, choose_window, worker_ports
 from ctrain.launch.profile import Process, profile_environment, profiled
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
-from ctrain.names import AUTO, Launched, Mode
+from ctrain.names import AUTO, ENV_LAUNCH_PEER_WATCH, Launched, Mode
 from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, parse_window
 from ctrain.settings_table import BY_NAME, Settings
 from ctrain.util.secrets import masked
@@ -203,10 +204,11 @@ def _environment(
     hosts: tuple[str, ...],
     tuned: tuple[Tuned, ...],
     script_imports_keras: bool,
+    watch: str | None,
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
-    profile = options.profile is not None
-    env.update(keras_environment(environ, options.keras, script_imports_keras, profile, mode))
+    hook = options.profile is not None or watch is not None
+    env.update(keras_environment(environ, options.keras, script_imports_keras, hook, mode))
     launched = Launched(
         mode,
         place.rank,
@@ -217,6 +219,8 @@ def _environment(
         options.collective_timeout,
     )
     env.update(launched.to_env())
+    if watch is not None:
+        env[ENV_LAUNCH_PEER_WATCH] = watch
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     if tf_config is not None:
@@ -294,12 +298,14 @@ def _listening(
     options: LaunchOptions,
     environ: Mapping[str, str],
     ephemeral: Ephemeral | None,
-) -> tuple[Window | None, tuple[int, ...], dict[str, Any] | None, Rendezvous | None]:
+) -> tuple[Window | None, tuple[int, ...], dict[str, Any] | None, Rendezvous | None, str | None]:
     """The ports of the modes whose ranks listen: the window they come from, multiworker's port
-    per rank and TF_CONFIG, Horovod over Gloo's rendezvous (the last port of the step's block)."""
+    per rank and TF_CONFIG, Horovod over Gloo's rendezvous (the last port of the step's block),
+    the peer-loss watch's HOST:PORT where rank 0 listens for it (launch/peers.py)."""
     gloo = uses_gloo(mode, job, place.size)
-    if mode is not Mode.MULTIWORKER and not gloo:
-        return None, (), None, None
+    watch = watches_peers(mode, job, place.size)
+    if mode is not Mode.MULTIWORKER and not gloo and not watch:
+        return None, (), None, None, None
     window = choose_window(options.port_base, options.port_base_chosen, ephemeral)
     ports: tuple[int, ...] = ()
     tf_config = None
@@ -307,9 +313,9 @@ def _listening(
         ports, tf_config = _workers(job, place, window, environ)
     rendezvous = None
     if gloo:
-        last = (window.block(job.slurm.job_id, job.slurm.step_id) + 1) * PORT_BLOCK - 1
-        rendezvous = plan_rendezvous(job, place, window.base + last)
-    return window, ports, tf_config, rendezvous
+        port = window.step_port(job.slurm.job_id, job.slurm.step_id, RENDEZVOUS_SLOT)
+        rendezvous = plan_rendezvous(job, place, port)
+    return window, ports, tf_config, rendezvous, peer_watch_address(job, window) if watch else None
 
 
 def make_plan(
@@ -332,12 +338,11 @@ def make_plan(
     """
     mode = choose_mode(options.mode, job, len(visible_gpus))
     place = placement(mode, job)
-    hosts = job.slurm.nodes
-    window, ports, tf_config, rendezvous = _listening(mode, job, place, options, environ, ephemeral)
+    window, ports, tf_config, rendezvous, watch = _listening(
+        mode, job, place, options, environ, ephemeral
+    )
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
-    collective = options.collective
-    if collective == AUTO:
-        collective = "nccl" if gpus else "ring"
+    collective = options.collective if options.collective != AUTO else "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
     tuned = tune(environ, options.tune, mode, place.local_size, job.slurm.cpus_per_task, cpus)
     env_set, env_unset = _environment(
@@ -348,9 +353,10 @@ def make_plan(
         pinned,
         collective,
         tf_config,
-        hosts,
+        job.slurm.nodes,
         tuned,
         script_imports_keras,
+        watch,
     )
     if rendezvous is not None:
         env_set.update(horovod_environment(rendezvous, place))
@@ -359,7 +365,7 @@ def make_plan(
     return Plan(
         mode,
         place,
-        hosts,
+        job.slurm.nodes,
         ports,
         gpus,
         collective,

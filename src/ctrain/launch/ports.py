@@ -21,6 +21,10 @@ from ctrain.errors import LaunchError
 
 PORT_SPAN = 12000  # ports a node's job steps share: PORT_SPAN // PORT_BLOCK blocks
 PORT_BLOCK = 64  # ports a job step may use on one node: one per local rank
+# The ports of a block that one rank of the step listens on for the whole step, counted from the
+# block's end (a multiworker step's per-rank ports come from its start; neither mode uses both).
+RENDEZVOUS_SLOT = PORT_BLOCK - 1  # Horovod's Gloo rendezvous on rank 0's node (launch/gloo.py)
+PEER_WATCH_SLOT = PORT_BLOCK - 2  # rank 0's peer-loss watch (launch/peers.py)
 # A window is never moved below: there lie the privileged ports and those of common services
 # (Slurm's slurmctld and slurmd on 6817-6818 of every node, for one).
 LOWEST = 10000
@@ -81,6 +85,10 @@ class Window(NamedTuple):
         """A block of ports for this job step: consecutive job ids and steps get distinct
         blocks."""
         return port_block(job_id, step_id, self.span // PORT_BLOCK)
+
+    def step_port(self, job_id: str | None, step_id: str | None, slot: int) -> int:
+        """Port ``slot`` of this job step's block (``RENDEZVOUS_SLOT``, ``PEER_WATCH_SLOT``)."""
+        return self.base + self.block(job_id, step_id) * PORT_BLOCK + slot
 
 
 def port_block(

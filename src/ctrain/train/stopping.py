@@ -31,6 +31,7 @@ from typing import Any
 
 from ctrain.errors import REQUEUE_EXIT_CODE
 from ctrain.names import ENV_LAUNCH_MODE, STOP_SIGNALS, Mode
+from ctrain.train import peerwatch
 
 # Their handler does nothing: the watcher ends the process. (Python's own SIGINT handler would
 # raise KeyboardInterrupt in the main thread, racing the watcher: the process then died of the
@@ -65,8 +66,11 @@ Ender = Callable[[int, str], None]
 
 
 def end_process(code: int, message: str) -> None:
-    """Print ``message`` and end this process with ``code`` at once (from any thread)."""
+    """Print ``message`` and end this process with ``code`` at once (from any thread); with the
+    requeue code (the checkpoint is written), a goodbye to the peer-loss watch first."""
     try:
+        if code == REQUEUE_EXIT_CODE:
+            peerwatch.WATCH.goodbye()
         print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
     finally:

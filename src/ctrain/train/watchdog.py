@@ -1,15 +1,15 @@
 """A rank alive but stuck: no training step for ``stall_timeout`` seconds ends it.
 
-A rank that dies ends its step under every launcher but one (tests/integration/
-test_rank_loss_real.py): under ``srun --mpi=pmix`` without ``--kill-on-bad-exit`` Horovod's
-other ranks wait in MPI, and only this watchdog ends them. A rank that hangs does not end its
-step: a peer stopped (SIGSTOP, a node swapping to death), a collective waiting for a message
-that never comes, a file system that no longer answers. Every other rank then waits in
-its next collective, and the job holds its GPUs until the time limit. Here each rank watches its
-own progress: the end of a training or validation step, or of an epoch. While
-``fit`` runs and none comes for ``stall_timeout`` seconds (``CTRAIN_STALL_TIMEOUT``), the rank
-says so in one line and ends with ``STALLED_EXIT_CODE``; the launcher ends the others. Outside
-``fit`` nothing is watched (the script's own evaluation or export may take what it takes).
+A rank that dies ends its step under every launcher (tests/integration/test_rank_loss_real.py;
+under ``srun --mpi=pmix`` without ``--kill-on-bad-exit``, Horovod's through the peer-loss
+watch, train/peerwatch.py). A rank that hangs does not end its step: a peer stopped (SIGSTOP, a
+node swapping to death), a collective waiting for a message that never comes, a file system that
+no longer answers. Every other rank then waits in its next collective, and the job holds its
+GPUs until the time limit. Here each rank watches its own progress: the end of a training or
+validation step, or of an epoch. While ``fit`` runs and none comes for ``stall_timeout`` seconds
+(``CTRAIN_STALL_TIMEOUT``), the rank says so in one line and ends with ``STALLED_EXIT_CODE``; the
+launcher ends the others. Outside ``fit`` nothing is watched (the script's own evaluation or
+export may take what it takes).
 
 The default, 1800 s, leaves room for what a healthy rank may spend between two steps: the first
 step's tracing and compilation, a validation pass (its steps count), a checkpoint. A slow rank

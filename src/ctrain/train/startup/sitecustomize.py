@@ -7,7 +7,9 @@ one of these (launch/plan.py), and Python imports this module at start-up:
   (ctrain/train/keras3_mwms.py, applied when the script imports Keras);
 - multiworker mode: SIGTERM's default back after TensorFlow's MultiWorkerMirroredStrategy
   installs its own handler, which only records the signal (ctrain/train/stopping.py);
-- ``--profile``: arms the step hooks that trace the chosen steps (ctrain/train/steps.py).
+- ``--profile``: arms the step hooks that trace the chosen steps (ctrain/train/steps.py);
+- Horovod started by srun with PMIx: starts the peer-loss watch, which ends this rank when
+  another rank's process is gone (ctrain/train/peerwatch.py).
 
 Each waits for the module it changes, so nothing heavy is imported here. Then it runs the
 sitecustomize it shadows, if there is one. Where ctrain itself is not importable (another
@@ -22,7 +24,7 @@ import sys
 
 def _arm() -> None:
     try:
-        from ctrain.train import keras3_mwms, steps, stopping
+        from ctrain.train import keras3_mwms, peerwatch, steps, stopping
     except ImportError:
         return
     if keras3_mwms.needed(os.environ):
@@ -30,6 +32,7 @@ def _arm() -> None:
     if stopping.needed(os.environ):
         stopping.arm_default_sigterm()
     steps.arm_from(os.environ)
+    peerwatch.WATCH.arm_from(os.environ, stopping.end_process)
 
 
 def _shadowed() -> None:
