@@ -7,7 +7,9 @@ after the current step, with a checkpoint. A SIGTERM also starts the budget
 (``CTRAIN_STOP_BUDGET`` seconds): a process still running when it is spent ends itself, with
 no checkpoint if none was agreed yet (a write cut short leaves only a temporary directory, never
 a checkpoint), rather than be killed without a word. A second SIGTERM, or a SIGINT, ends the
-process at once.
+process at once; a SIGTERM within ``SAME_SIGNAL`` seconds of the first is the same one delivered
+twice (Slurm signals every process of a step, and a container runtime in it, Apptainer's starter
+say, passes its own on to the training), not a second.
 
 The handler of each signal only records it (it runs in the main thread, between Python
 bytecodes); the decisions are taken by a thread that reads each signal's number from Python's
@@ -37,6 +39,7 @@ from ctrain.train import peerwatch
 # raise KeyboardInterrupt in the main thread, racing the watcher: the process then died of the
 # signal, without the line, or hung in its shutdown with the watcher frozen mid-print.)
 AT_ONCE = (signal.SIGINT,)
+SAME_SIGNAL = 2.0  # seconds after the first SIGTERM within which another is the same one
 
 
 class Action(enum.Enum):
@@ -93,8 +96,11 @@ class Watcher:
         self.terms = 0
         self.deadline: float | None = None
         self.saved = False
+        self.first_term: float | None = None
 
     def arrived(self, signum: int) -> None:
+        if self._same_term(signum):
+            return  # the first one again, passed on by a runtime
         chosen = action(signum, self.terms)
         if signum == signal.SIGTERM:
             self.terms += 1
@@ -103,7 +109,12 @@ class Watcher:
             again = " again" if signum == signal.SIGTERM else ""
             self.end(exit_code(signum, self.saved), f"ctrain: got {name}{again}: ending now")
         elif chosen is Action.STOP_WITHIN_BUDGET:
-            self.deadline = self.clock() + self.budget
+            self.first_term = self.clock()
+            self.deadline = self.first_term + self.budget
+
+    def _same_term(self, signum: int) -> bool:
+        first = self.first_term
+        return signum == signal.SIGTERM and first is not None and self.clock() - first < SAME_SIGNAL
 
     def left(self) -> float | None:
         """Seconds until the budget is spent; None while no SIGTERM came."""

@@ -10,13 +10,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
 from ctrain.settings import resolve
-from ctrain.train.stopping import Action, Watcher, action, exit_code
+from ctrain.train.stopping import SAME_SIGNAL, Action, Watcher, action, exit_code
 
 TERM, USR2, INT = signal.SIGTERM, signal.SIGUSR2, signal.SIGINT
 
@@ -110,16 +111,29 @@ def test_a_spent_budget_ends_the_process(saved: bool, code: int, words: str) -> 
 def test_a_second_sigterm_or_a_sigint_ends_at_once(
     signals: tuple[int, ...], expected: list[tuple[int, str]]
 ) -> None:
-    w, ended, _ = watcher()
+    w, ended, clock = watcher()
     for signum in signals:
         w.arrived(signum)
+        clock.now += SAME_SIGNAL
     assert ended == expected
 
 
+def test_a_sigterm_delivered_twice_at_once_is_one() -> None:
+    w, ended, clock = watcher()
+    w.arrived(TERM)
+    clock.now += SAME_SIGNAL / 2  # Slurm's to the training, then the runtime's passed on
+    w.arrived(TERM)
+    assert ended == [] and w.left() == 25 - SAME_SIGNAL / 2
+    clock.now += SAME_SIGNAL / 2
+    w.arrived(TERM)
+    assert ended == [(128 + TERM, "ctrain: got SIGTERM again: ending now")]
+
+
 def test_an_end_after_the_checkpoint_asks_for_the_requeue() -> None:
-    w, ended, _ = watcher()
+    w, ended, clock = watcher()
     w.arrived(TERM)
     w.saved = True
+    clock.now += SAME_SIGNAL
     w.arrived(TERM)
     assert ended == [(REQUEUE_EXIT_CODE, "ctrain: got SIGTERM again: ending now")]
 
@@ -208,6 +222,7 @@ def test_a_real_process_ends_at_the_second_sigterm(tmp_path: Path) -> None:
     proc.send_signal(TERM)
     assert proc.stderr is not None
     assert "got SIGTERM: finishing this step" in proc.stderr.readline()
+    time.sleep(SAME_SIGNAL)  # sooner, it is the first one delivered twice
     proc.send_signal(TERM)
     code, err = ended(proc)
     assert code == 128 + TERM and "got SIGTERM again: ending now" in err, err
