@@ -186,20 +186,30 @@ def test_the_batch_step_pulls_once_and_every_rank_runs_the_sif(
     assert [e["epoch"] for e in lines(first.out / "epochs.jsonl")] == list(range(EPOCHS))
 
 
+# The time limit's warning (USR2 to the batch script, passed to the step) and Slurm's own
+# requeue (SIGTERM to every task, through slurmstepd, ctrain exec and apptainer): both save at
+# the signal and resume.
+STOPS = {
+    "usr2": ["scancel", "--signal=USR2", "--batch"],
+    "sigterm": ["scontrol", "requeue"],
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
 def test_a_requeued_job_resumes_to_the_uninterrupted_weights(
-    first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
+    stop: str, first: FirstJob, remote_image: str, shared: Shared, jobs: list[str]
 ) -> None:
-    workdir = shared.workdir("requeue")
+    workdir = shared.workdir(f"requeue-{stop}")
     out = workdir / "out"
     script = render(
         "multiworker",
         command(workdir, EPOCHS, *holds("1:5")),
         runtime="apptainer",
-        job_name="requeue",
+        job_name=f"requeue-{stop}",
     )
     job = submit(script, workdir, jobs, **shared.env(remote_image))
     wait_held(job, out, 0, workdir)
-    sh(["scancel", "--signal=USR2", "--batch", job])  # through srun, ctrain exec, apptainer
+    sh([*STOPS[stop], job])
     record = wait_done(job, workdir)
     assert record["JobState"] == "COMPLETED", log(workdir)
     assert record["Restarts"] == "1", log(workdir)

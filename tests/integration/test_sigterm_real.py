@@ -8,11 +8,12 @@ itself with 143, so exit 75 on every rank is the proof; the seconds from the sig
 step's end are printed (``pytest -s``) for docs/preemption.md.
 
 - ``scancel --signal=TERM`` of an srun step (what preemption, ``scontrol requeue`` and scancel
-  send each task) in single, multiworker and Horovod (``srun --mpi=pmix``) mode;
+  send each task) in single, mirrored, multiworker and Horovod (``srun --mpi=pmix``) mode;
 - the same to a multiworker script that does not use ctrain's stop handler: it ends (TensorFlow
   would have swallowed the signal) instead of training on until SIGKILL;
-- ``scontrol requeue`` of a rendered multiworker job: saved at the signal, requeued by Slurm
-  once (never a second time by the job script), resumed to the same weights;
+- ``scontrol requeue`` of a rendered multiworker job and of a horovod-mpirun one (mpirun, too,
+  gets the SIGTERM): saved at the signal, requeued by Slurm once (never a second time by the job
+  script), resumed to the same weights;
 - ``scancel`` of one: saved at the signal, and cancelled (the job script does not requeue it).
 """
 
@@ -45,7 +46,7 @@ from .slurm_jobs import (
 EPOCHS = 2
 HOLD = "1:5"  # epoch 2, step 6: the checkpoint below is after that step
 AT_THE_SIGNAL = "ckpt-e000001-s000000006"
-RANKS = {"single": 1, "multiworker": 2, "horovod": 2}
+RANKS = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(600)]
 
 
@@ -117,7 +118,7 @@ def term_and_wait(proc: subprocess.Popen[str], job: str, what: str) -> tuple[int
 
 @pytest.mark.parametrize(
     "mode",
-    ["single", "multiworker", pytest.param("horovod", marks=pytest.mark.horovod)],
+    ["single", "mirrored", "multiworker", pytest.param("horovod", marks=pytest.mark.horovod)],
 )
 def test_sigterm_checkpoints_every_rank_at_the_step_and_resumes_exactly(
     mode: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
@@ -156,14 +157,29 @@ def test_a_script_without_the_stop_handler_ends_on_sigterm(tmp_path: Path) -> No
     assert not (out / "ckpt").exists()
 
 
-def test_scontrol_requeue_of_a_multiworker_job_saves_at_the_signal(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, jobs_to_cancel: list[str]
+# The job script's modes and the mode of their ranks. Under mpirun, mpirun too gets Slurm's
+# SIGTERM and ends its ranks after odls_base_sigkill_timeout, which the script sets past the stop
+# budget; it then lingers until Slurm's KillWait, so its batch script says nothing more.
+JOB_MODES = {
+    "multiworker": "multiworker",
+    "horovod-mpirun": "horovod",
+}
+
+
+@pytest.mark.parametrize(
+    "job_mode", ["multiworker", pytest.param("horovod-mpirun", marks=[pytest.mark.horovod,
+                                                                     pytest.mark.mpi])],
+)  # fmt: skip
+def test_scontrol_requeue_of_a_job_saves_at_the_signal(
+    job_mode: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    jobs_to_cancel: list[str],
 ) -> None:
     out = tmp_path / "out"
     command = ["python", str(RESUMABLE), str(out), str(EPOCHS), *holds(HOLD)]
-    job = submit(
-        render("multiworker", command, job_name="sigterm-requeue"), tmp_path, jobs_to_cancel
-    )
+    script = render(job_mode, command, job_name=f"sigterm-requeue-{job_mode}")
+    job = submit(script, tmp_path, jobs_to_cancel)
     wait_held(job, out, 0, tmp_path)
     start = time.monotonic()
     sh(["scontrol", "requeue", job])  # SIGTERM to the batch script and to every task
@@ -172,13 +188,14 @@ def test_scontrol_requeue_of_a_multiworker_job_saves_at_the_signal(
         return len(lines(out / "runs.jsonl")) == 2
 
     wait_for(first_run_over, "both ranks of run 0 to end", timeout=120, interval=0.2)
-    print(f"\nscontrol requeue: to both ranks' end {time.monotonic() - start:.1f} s")
+    print(f"\nscontrol requeue ({job_mode}): to both ranks' end {time.monotonic() - start:.1f} s")
     record = wait_done(job, tmp_path)
     text = log(tmp_path, tail=0)
     assert record["JobState"] == "COMPLETED" and record["Restarts"] == "1", text[-4000:]
     assert "SIGTERM received, passing it to the training" in text
-    assert text.count("(JobState=COMPLETING): not requeueing it from here") == 1, text[-4000:]
     assert "requeueing job" not in text  # Slurm requeued it; the script did not again
+    if job_mode == "multiworker":
+        assert text.count("(JobState=COMPLETING): not requeueing it from here") == 1, text[-4000:]
     runs = lines(out / "runs.jsonl")
     assert sorted((r["restart"], r["end"]) for r in runs) == [  # type: ignore[type-var]
         (0, f"exit {REQUEUE_EXIT_CODE}"),
@@ -187,7 +204,7 @@ def test_scontrol_requeue_of_a_multiworker_job_saves_at_the_signal(
         (1, "done"),
     ]
     assert [r["start"] for r in runs if r["restart"] == 1] == [[1, 6], [1, 6]]
-    assert final_weights(out, 2) == reference("multiworker", tmp_path_factory)
+    assert final_weights(out, 2) == reference(JOB_MODES[job_mode], tmp_path_factory)
 
 
 def test_scancel_of_a_multiworker_job_saves_at_the_signal_and_stays_cancelled(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.names import JOB_MODES
+from ctrain.settings_table import Settings
 from ctrain.slurm import jobs
 from ctrain.slurm.request import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
@@ -294,3 +295,13 @@ def test_sigterm_reaches_the_step_as_usr2(fakes: Path, state: str, requeued: boo
     assert "SIGTERM received, passing it to the training" in out
     assert (fakes / "usr2").read_text().strip() == "1"
     assert (fakes / "scontrol").exists() == requeued, out
+
+
+def test_mpirun_gives_the_ranks_the_stop_budget_before_its_sigkill(fakes: Path) -> None:
+    assert f"${{CTRAIN_STOP_BUDGET:-{Settings().stop_budget}}}" in jobs.template("horovod-mpirun")
+    done = run(
+        script(fakes, "horovod-mpirun"), env(fakes, FAKE_MODE="exit:0", CTRAIN_STOP_BUDGET="100")
+    )
+    assert done.returncode == 0, done.stderr
+    argv = (fakes / "argv").read_text().splitlines()
+    assert argv[5:8] == ["--mca", "odls_base_sigkill_timeout", "105"]
