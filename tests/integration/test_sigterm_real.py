@@ -179,7 +179,9 @@ def test_scontrol_requeue_of_a_job_saves_at_the_signal(
     out = tmp_path / "out"
     command = ["python", str(RESUMABLE), str(out), str(EPOCHS), *holds(HOLD)]
     script = render(job_mode, command, job_name=f"sigterm-requeue-{job_mode}")
-    job = submit(script, tmp_path, jobs_to_cancel)
+    # A short budget: mpirun waits it and 5 s more, twice, before it lets go (Slurm's KillWait,
+    # 30 s, would end it first); the ranks here save in a second or two.
+    job = submit(script, tmp_path, jobs_to_cancel, CTRAIN_STOP_BUDGET="8")
     wait_held(job, out, 0, tmp_path)
     start = time.monotonic()
     sh(["scontrol", "requeue", job])  # SIGTERM to the batch script and to every task
