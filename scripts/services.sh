@@ -15,7 +15,7 @@
 # them copies a real machine's hard links avoid) is free after that, BuildKit's cache goes too. It
 # ends with the free space where tests write, and a warning under CTRAIN_SERVICES_MIN_FREE_GIB.
 #
-# Usage: scripts/services.sh start|stop|status|paths
+# Usage: scripts/services.sh start|stop|status|paths|hosts
 #   start   starts whatever is not running (safe to repeat), then verifies every service:
 #           `munge -n | unmunge`, node idle, `srun -n 2`, `srun --mpi=pmix -n 2`, `docker info`,
 #           GET http://127.0.0.1:5000/v2/. Every wait is bounded; on timeout the tail of the
@@ -26,6 +26,9 @@
 #   paths   every path where start keeps state, one a line (globs allowed): a new machine has none
 #           of them. scripts/fresh-state.sh removes them all to start the services as on a new
 #           machine (docs/development.md).
+#   hosts   only the compute hosts' slurmds that do not run (a host brought back after its slurmd
+#           died, as a test's lost host), then the same wait until every host runs a step;
+#           nothing else is started, and no disk is taken back (a test run's build cache stays).
 #
 # Every start is the same from any state: a new machine's, a used one's, or one left stopped,
 # half-started or damaged (a daemon killed with its pid file and socket left, a registry store
@@ -685,6 +688,11 @@ status_line() {
     fi
 }
 
+cmd_hosts() {
+    [ "$NODES" != 0 ] || die "no compute hosts to bring back (CTRAIN_SERVICES_NODES=0). Fix: CTRAIN_SERVICES_NODES=3 $0 hosts"
+    cluster_slurmds "$NODES"
+}
+
 cmd_status() {
     local rc=0
     status_line munged "$MUNGED_PID" || rc=1
@@ -711,9 +719,9 @@ cmd_paths() {
 
 main() {
     case "${1:-}" in
-        start | stop | status) ;;
+        start | stop | status | hosts) ;;
         paths) cmd_paths; return ;;
-        *) echo "usage: $0 start|stop|status|paths" >&2; exit 2 ;;
+        *) echo "usage: $0 start|stop|status|paths|hosts" >&2; exit 2 ;;
     esac
     case "$NODES" in
         [0-9] | [1-4][0-9] | 50) NODES=$((10#$NODES)) ;;

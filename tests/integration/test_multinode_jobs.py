@@ -181,8 +181,8 @@ class Host:
             os.kill(int(pid), signal.SIGKILL)
 
     def back(self) -> None:
-        subprocess.run(
-            ["bash", str(REPO / "scripts" / "services.sh"), "start"],
+        subprocess.run(  # only the hosts: `start` would also take back disk, the build cache
+            ["bash", str(REPO / "scripts" / "services.sh"), "hosts"],
             env={**os.environ, "CTRAIN_SERVICES_NODES": "3"},
             capture_output=True,
             timeout=300,
