@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--out runs/bench]
                                        [--only startup,launch,scaling,input,memory,scripts,
-                                              apptainer,profile,faults]
+                                              apptainer,profile,faults,collectives]
 
 Sections (docs/benchmarks.md shows the figures):
   startup  CLI start-up: `ctrain --version`, `--help`, `launch --explain` against
@@ -22,6 +22,9 @@ Sections (docs/benchmarks.md shows the figures):
   faults   SIGTERM to every rank's end with the checkpoint and the steps lost, per mode; a
            rank's death to the step's end, per launcher; the stall watchdog's cost per step
            (benchmarks/faults.py)
+  collectives  one step's gradient all-reduce alone, 2 ranks: MultiWorkerMirroredStrategy's
+           ring over gRPC against Horovod's allreduce over MPI, wall and CPU time per call
+           (benchmarks/collectives.py)
 
 Writes OUT/report.md (also printed) and OUT/report.json; progress goes to stderr. Needs
 `make install services`. Numbers are ratios taken in the same run, interleaved where it
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from apptainer_exec import apptainer_exec, apptainer_table
+from collectives import collectives, collectives_table
 from common import REPO, T0, say
 from faults import faults, faults_table
 from overhead import launch_overhead, launch_table, memory, memory_table
@@ -53,6 +57,7 @@ from throughput import input_pipeline, input_table
 
 SECTIONS = (
     "startup", "launch", "scaling", "input", "memory", "scripts", "apptainer", "profile", "faults",
+    "collectives",
 )  # fmt: skip
 
 
@@ -87,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sif", help="SIF with Python and ctrain for section apptainer")
     parser.add_argument("--profile-reps", type=int, default=5, help="profile repetitions")
     parser.add_argument("--faults-reps", type=int, default=5, help="faults repetitions")
+    parser.add_argument("--collectives-reps", type=int, default=5, help="collectives repetitions")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -142,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if "faults" in only:
         results["faults"] = faults(work, args.faults_reps)
         tables.append(("Faults", faults_table(results["faults"])))
+    if "collectives" in only:
+        results["collectives"] = collectives(work, args.collectives_reps)
+        tables.append(("Collectives", collectives_table(results["collectives"])))
     load_after = os.getloadavg()
     elapsed = time.monotonic() - T0
     head = (
