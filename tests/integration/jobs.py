@@ -1,4 +1,5 @@
-"""Helpers for the real multi-process tests: a clean job environment and bounded runs."""
+"""Helpers for the real multi-process tests: a clean job environment, bounded runs, and the
+checks of `ctrain bench`'s outputs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRAIN = SCRIPTS / "train_tiny.py"
@@ -57,3 +60,27 @@ def reports(out: Path, size: int) -> list[dict[str, object]]:
 
 def train(out: Path, epochs: int = 3) -> list[str]:
     return [str(BIN / "python"), str(TRAIN), str(out), str(epochs)]
+
+
+def check_outputs(out: Path, modes: list[str]) -> dict[str, object]:
+    """`ctrain bench --workers 1,2` in ``modes`` under srun, as its outputs in ``out`` show it:
+    the JSON (returned), the Markdown table, the PNG plot and the 2-worker run's log."""
+    data: dict[str, object] = json.loads((out / "bench.json").read_text())
+    runs = data["runs"]
+    scaling = data["scaling"]
+    assert isinstance(runs, list) and isinstance(scaling, list)
+    assert [r["workers"] for r in runs] == [1, 2]
+    assert [r["mode"] for r in runs] == modes
+    assert all(r["total"] > 0 and r["per_worker"] > 0 for r in runs)
+    assert len(runs[1]["peak_rss_mb"]) == 2  # both ranks reported
+    assert scaling[0]["speedup"] == 1.0 and scaling[0]["efficiency"] == 1.0
+    two = scaling[1]
+    assert two["speedup"] == pytest.approx(runs[1]["total"] / runs[0]["total"])
+    assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    table = (out / "bench.md").read_text()
+    assert "| workers | mode | images/s (total) |" in table
+    assert f"| 2 | {modes[1]} | {runs[1]['total']:.1f} |" in table
+    png = (out / "speedup.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert (out / "logs" / "w2.log").read_text().startswith("$ srun -n 2 ")
+    return data

@@ -1,6 +1,8 @@
 """Rendered job scripts on the local Slurm: ``ctrain job render|submit`` for this one-node,
 CPU-only machine, sbatch, squeue and scontrol with bounded waits, the logs and the per-rank
-records the training scripts leave. One home for every test that submits a job.
+records the training scripts leave; train_resumable.py as an srun step, and its weights run
+through without a stop (one run per mode and session). One home for every test that submits a
+job.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import CTRAIN, wait_for
 
-from .jobs import SCRIPTS, clean_env
+from .jobs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
 EPOCHS = 5
@@ -118,6 +122,37 @@ def lines(path: Path) -> list[dict[str, object]]:
 
 def final_weights(out: Path, ranks: int) -> list[object]:
     return [json.loads((out / f"final-rank{r}.json").read_text())["weights"] for r in range(ranks)]
+
+
+RANKS = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}  # srun_argv's tasks by mode
+
+
+def srun_argv(mode: str, name: str, out: Path, epochs: int, *args: str) -> list[str]:
+    """``train_resumable.py OUT EPOCHS ARGS`` through ``ctrain launch --mode MODE`` as an srun
+    step named ``name`` in the debug partition: RANKS[mode] tasks, PMIx for Horovod."""
+    srun = ["srun", "-p", "debug", "-n", str(RANKS[mode]), "-t", "5", "-J", name]
+    srun += ["--kill-on-bad-exit=1", *(["--mpi=pmix"] if mode == "horovod" else [])]
+    command = [str(BIN / "python"), str(RESUMABLE), str(out), str(epochs), *args]
+    return [*srun, CTRAIN, "launch", "--mode", mode, "--", *command]
+
+
+UNINTERRUPTED: dict[tuple[str, int], list[object]] = {}
+
+
+def uninterrupted_weights(
+    mode: str, epochs: int, tmp_path_factory: pytest.TempPathFactory
+) -> list[object]:
+    """The final weights of ``train_resumable.py OUT EPOCHS`` run through without a stop, as
+    ``srun_argv``'s step of ``mode``: one run per mode and session, for every test that stops and
+    resumes that training under any launcher (the launcher does not change the training)."""
+    if (mode, epochs) not in UNINTERRUPTED:
+        out = tmp_path_factory.mktemp(f"uninterrupted-{mode}")
+        argv = srun_argv(mode, f"uninterrupted-{mode}", out, epochs)
+        env = clean_env(TF_CPP_MIN_LOG_LEVEL="2")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        UNINTERRUPTED[mode, epochs] = final_weights(out, RANKS[mode])
+    return UNINTERRUPTED[mode, epochs]
 
 
 def holds(*steps: str) -> list[str]:

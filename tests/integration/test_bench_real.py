@@ -1,9 +1,9 @@
 """`ctrain bench` end to end on the local Slurm: srun at 1 and 2 workers, then the JSON, the
-Markdown table and the PNG plot."""
+Markdown table and the PNG plot. In auto mode only the profiled bench runs here (its 2-worker
+run traced); test_installed_wheel.py's bench, with the same checks, is the unprofiled one."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import CTRAIN
 
-from .jobs import TINY, clean_env
+from .jobs import TINY, check_outputs, clean_env
 
 
 def bench(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -24,37 +24,6 @@ def bench(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     return done
-
-
-def check_outputs(out: Path, modes: list[str]) -> dict[str, object]:
-    data: dict[str, object] = json.loads((out / "bench.json").read_text())
-    runs = data["runs"]
-    scaling = data["scaling"]
-    assert isinstance(runs, list) and isinstance(scaling, list)
-    assert [r["workers"] for r in runs] == [1, 2]
-    assert [r["mode"] for r in runs] == modes
-    assert all(r["total"] > 0 and r["per_worker"] > 0 for r in runs)
-    assert len(runs[1]["peak_rss_mb"]) == 2  # both ranks reported
-    assert scaling[0]["speedup"] == 1.0 and scaling[0]["efficiency"] == 1.0
-    two = scaling[1]
-    assert two["speedup"] == pytest.approx(runs[1]["total"] / runs[0]["total"])
-    assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
-    table = (out / "bench.md").read_text()
-    assert "| workers | mode | images/s (total) |" in table
-    assert f"| 2 | {modes[1]} | {runs[1]['total']:.1f} |" in table
-    png = (out / "speedup.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    assert (out / "logs" / "w2.log").read_text().startswith("$ srun -n 2 ")
-    return data
-
-
-@pytest.mark.slurm
-@pytest.mark.tensorflow
-def test_bench_auto_mode_under_srun(tmp_path: Path) -> None:
-    done = bench(tmp_path, "--workers", "1,2")
-    check_outputs(tmp_path, ["single", "multiworker"])
-    assert "| 2 | multiworker |" in done.stdout  # the table on stdout
-    assert "2/8" in done.stderr and "8/8" in done.stderr  # the progress bar on stderr
 
 
 @pytest.mark.slurm
@@ -70,6 +39,8 @@ def test_bench_horovod_under_srun_pmix(tmp_path: Path) -> None:
 def test_bench_profile_traces_the_largest_run_only(tmp_path: Path) -> None:
     done = bench(tmp_path, "--workers", "1,2", "--profile", "3-4")  # of 2 + 6 steps
     data = check_outputs(tmp_path, ["single", "multiworker"])
+    assert "| 2 | multiworker |" in done.stdout  # the table on stdout
+    assert "2/8" in done.stderr and "8/8" in done.stderr  # the progress bar on stderr
     profile = data["profile"]
     assert isinstance(profile, dict) and profile["workers"] == 2 and profile["steps"] == "3-4"
     root = tmp_path.absolute() / "profile"

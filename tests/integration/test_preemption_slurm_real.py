@@ -27,9 +27,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import CTRAIN, wait_for
+from tests.helpers import wait_for
 
-from .jobs import BIN, clean_env
 from .slurm_jobs import (
     RESUMABLE,
     final_weights,
@@ -40,6 +39,7 @@ from .slurm_jobs import (
     render,
     sh,
     submit,
+    uninterrupted_weights,
     wait_done,
     wait_held,
 )
@@ -53,23 +53,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(900
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[object]:
     """The final weights of the same training run through without a stop (2 ranks, srun)."""
-    out = tmp_path_factory.mktemp("uninterrupted")
-    srun = ["srun", "-p", "debug", "-n", "2", "-t", "5", "-J", "preempt-reference"]
-    command = [str(BIN / "python"), str(RESUMABLE), str(out), str(EPOCHS)]
-    argv = [
-        *srun,
-        "--kill-on-bad-exit=1",
-        CTRAIN,
-        "launch",
-        "--mode",
-        "multiworker",
-        "--",
-        *command,
-    ]
-    env = clean_env(TF_CPP_MIN_LOG_LEVEL="2", SLURM_RESTART_COUNT="0")
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return final_weights(out, 2)
+    return uninterrupted_weights("multiworker", EPOCHS, tmp_path_factory)
 
 
 @pytest.fixture

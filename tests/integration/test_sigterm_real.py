@@ -27,10 +27,11 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import CTRAIN, wait_for
+from tests.helpers import wait_for
 
-from .jobs import BIN, clean_env
+from .jobs import clean_env
 from .slurm_jobs import (
+    RANKS,
     RESUMABLE,
     final_weights,
     holds,
@@ -38,7 +39,9 @@ from .slurm_jobs import (
     log,
     render,
     sh,
+    srun_argv,
     submit,
+    uninterrupted_weights,
     wait_done,
     wait_held,
 )
@@ -46,33 +49,12 @@ from .slurm_jobs import (
 EPOCHS = 2
 HOLD = "1:5"  # epoch 2, step 6: the checkpoint below is after that step
 AT_THE_SIGNAL = "ckpt-e000001-s000000006"
-RANKS = {"single": 1, "mirrored": 1, "multiworker": 2, "horovod": 2}
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(600)]
-
-
-def srun_argv(mode: str, name: str, out: Path, *args: str) -> list[str]:
-    srun = ["srun", "-p", "debug", "-n", str(RANKS[mode]), "-t", "5", "-J", name]
-    srun += ["--kill-on-bad-exit=1", *(["--mpi=pmix"] if mode == "horovod" else [])]
-    command = [str(BIN / "python"), str(RESUMABLE), str(out), str(EPOCHS), *args]
-    return [*srun, CTRAIN, "launch", "--mode", mode, "--", *command]
 
 
 def run(argv: list[str], restart: int = 0) -> subprocess.CompletedProcess[str]:
     env = clean_env(TF_CPP_MIN_LOG_LEVEL="2", SLURM_RESTART_COUNT=str(restart))
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
-
-
-REFERENCES: dict[str, list[object]] = {}
-
-
-def reference(mode: str, tmp_path_factory: pytest.TempPathFactory) -> list[object]:
-    """The final weights of an uninterrupted run of ``mode`` (one per mode and module)."""
-    if mode not in REFERENCES:
-        out = tmp_path_factory.mktemp(f"reference-{mode}")
-        done = run(srun_argv(mode, f"sigterm-ref-{mode}", out))
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-        REFERENCES[mode] = final_weights(out, RANKS[mode])
-    return REFERENCES[mode]
 
 
 def catches_sigterm(pid: int) -> bool:
@@ -85,7 +67,7 @@ def catches_sigterm(pid: int) -> bool:
 def held_step(mode: str, name: str, out: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
     """An srun step of ``mode`` started and held at HOLD on every rank; its job id."""
     env = clean_env(TF_CPP_MIN_LOG_LEVEL="2")
-    argv = srun_argv(mode, name, out, "--hold-at", HOLD, *args)
+    argv = srun_argv(mode, name, out, EPOCHS, "--hold-at", HOLD, *args)
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -138,11 +120,11 @@ def test_sigterm_checkpoints_every_rank_at_the_step_and_resumes_exactly(
     ]
     assert sorted(p.name for p in (out / "ckpt").iterdir())[-1] == AT_THE_SIGNAL
 
-    done = run(srun_argv(mode, f"{name}-resumed", out), restart=1)
+    done = run(srun_argv(mode, f"{name}-resumed", out, EPOCHS), restart=1)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     resumed = [r for r in lines(out / "runs.jsonl") if r["restart"] == 1]
     assert [r["start"] for r in resumed] == [[1, 6]] * ranks
-    assert final_weights(out, ranks) == reference(mode, tmp_path_factory)
+    assert final_weights(out, ranks) == uninterrupted_weights(mode, EPOCHS, tmp_path_factory)
 
 
 def test_a_script_without_the_stop_handler_ends_on_sigterm(tmp_path: Path) -> None:
@@ -206,7 +188,8 @@ def test_scontrol_requeue_of_a_job_saves_at_the_signal(
         (1, "done"),
     ]
     assert [r["start"] for r in runs if r["restart"] == 1] == [[1, 6], [1, 6]]
-    assert final_weights(out, 2) == reference(JOB_MODES[job_mode], tmp_path_factory)
+    reference = uninterrupted_weights(JOB_MODES[job_mode], EPOCHS, tmp_path_factory)
+    assert final_weights(out, 2) == reference
 
 
 def test_scancel_of_a_multiworker_job_saves_at_the_signal_and_stays_cancelled(

@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import CTRAIN, wait_for
+from tests.helpers import wait_for
 
-from .jobs import BIN, clean_env
 from .slurm_jobs import (
     RESUMABLE,
     final_weights,
@@ -37,6 +36,7 @@ from .slurm_jobs import (
     render,
     state,
     submit,
+    uninterrupted_weights,
 )
 
 EPOCHS = 2
@@ -51,20 +51,6 @@ pytestmark = [
     pytest.mark.mpi,
     pytest.mark.timeout(1500),
 ]
-
-
-def reference(out: Path, mode: str) -> list[object]:
-    """The final weights of an uninterrupted run of ``mode`` (2 ranks under srun, if 2)."""
-    command = [str(BIN / "python"), str(RESUMABLE), str(out), str(EPOCHS)]
-    launch = [CTRAIN, "launch", "--mode", mode.split("-")[0], "--"]
-    srun = ["srun", "-p", "debug", "-n", "2", "-t", "5", "--kill-on-bad-exit=1"]
-    srun += ["--mpi=pmix"] if mode.startswith("horovod") else []
-    argv = [*srun, *launch, *command] if MODES[mode] == 2 else [*launch, *command]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=600, env=clean_env(TF_CPP_MIN_LOG_LEVEL="2")
-    )
-    assert done.returncode == 0, f"{argv}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
-    return final_weights(out, MODES[mode])
 
 
 @pytest.fixture(scope="module")
@@ -100,20 +86,11 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[s
             subprocess.run(["scancel", job], capture_output=True, timeout=30)
 
 
-@pytest.fixture(scope="module")
-def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[object]]:
-    """One uninterrupted run per family (both Horovod scripts run the same Horovod training)."""
-    found: dict[str, list[object]] = {}
-    for mode in ("single", "mirrored", "multiworker", "horovod-srun"):
-        found[mode.split("-")[0]] = reference(tmp_path_factory.mktemp(f"ref-{mode}"), mode)
-    return found
-
-
 @pytest.mark.parametrize("mode", list(MODES))
 def test_slurm_warning_signal_checkpoints_requeues_and_resumes_exactly(
     mode: str,
     jobs: dict[str, tuple[str, Path]],
-    references: dict[str, list[object]],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     job, workdir = jobs[mode]
     out, ranks, text = workdir / "out", MODES[mode], log(workdir, tail=0)
@@ -128,7 +105,9 @@ def test_slurm_warning_signal_checkpoints_requeues_and_resumes_exactly(
     # the second run started where the first stopped, every rank at the same step
     assert len({tuple(r["start"]) for r in runs if r["restart"] == 1}) == 1  # type: ignore[arg-type]
     assert [e["epoch"] for e in lines(out / "epochs.jsonl")] == list(range(EPOCHS))
-    assert final_weights(out, ranks) == references[mode.split("-")[0]]
+    # both Horovod scripts run the same Horovod training
+    reference = uninterrupted_weights(mode.split("-")[0], EPOCHS, tmp_path_factory)
+    assert final_weights(out, ranks) == reference
     # the audit hook saw the chief write the shared directory, and no other rank ever
     writers = sorted(p.name for p in out.glob("ckpt-writes-rank*.jsonl"))
     assert writers == ["ckpt-writes-rank0.jsonl"]
