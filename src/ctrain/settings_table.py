@@ -191,8 +191,8 @@ class Settings:
     )
     tune: str = _one_of(
         AUTO,
-        "thread counts and MPI yielding from the allocation, each only where unset "
-        "(docs/performance.md); off: none",
+        "thread counts, MPI yielding and, without a GPU, glibc's malloc from the allocation, "
+        "each only where unset (docs/performance.md); off: none",
         TUNE_CHOICES,
     )
     skip_mpi_check: bool = _row(

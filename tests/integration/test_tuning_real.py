@@ -1,5 +1,6 @@
-"""ctrain launch's thread and polling defaults under the real Slurm: what each rank of a step
-gets from its CPU mask and from --cpus-per-task, and what reaches the training command."""
+"""ctrain launch's thread, polling and allocator defaults under the real Slurm: what each rank
+of a step gets from its CPU mask and from --cpus-per-task, and what reaches the training
+command."""
 
 from __future__ import annotations
 
@@ -63,3 +64,18 @@ def test_cpus_per_task_decides_and_what_the_user_set_is_kept(tmp_path: Path) -> 
         timeout=120,
     )
     assert done.stdout.split() == ["1", "5"]
+
+
+@pytest.mark.slurm
+def test_a_rank_without_a_gpu_gets_mallocs_tunables_and_glibc_takes_them() -> None:
+    """The rank's glibc reads GLIBC_TUNABLES when the command starts: its dynamic loader lists
+    the trim threshold ctrain chose (mmap_max=0 reads as unset there, so it cannot be told)."""
+    command = [CTRAIN, "launch", "--quiet", "--", "sh", "-c"]
+    show = 'echo "$GLIBC_TUNABLES"; /lib64/ld-linux-x86-64.so.2 --list-tunables'
+    done = run([*SRUN, "-n", "1", *command, show], untuned_env(), timeout=120)
+    said = done.stdout.splitlines()
+    assert said[0] == "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824"
+    assert "glibc.malloc.trim_threshold: 0x40000000 (min: 0x0, max: 0xffffffffffffffff)" in said
+    off = run([*SRUN, "-n", "1", *command, show], untuned_env(CTRAIN_TUNE="off"), timeout=120)
+    assert off.stdout.splitlines()[0] == ""
+    assert "glibc.malloc.trim_threshold: 0x0 (min: 0x0, max: 0xffffffffffffffff)" in off.stdout

@@ -344,20 +344,13 @@ def make_plan(
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective if options.collective != AUTO else "nccl" if gpus else "ring"
     pinned = gpus if visible_gpus else None
-    tuned = tune(environ, options.tune, mode, place.local_size, job.slurm.cpus_per_task, cpus)
-    env_set, env_unset = _environment(
-        environ,
-        options,
-        mode,
-        place,
-        pinned,
-        collective,
-        tf_config,
-        job.slurm.nodes,
-        tuned,
-        script_imports_keras,
-        watch,
+    tuned = tune(
+        environ, options.tune, mode, place.local_size, job.slurm.cpus_per_task, cpus, len(gpus)
     )
+    env_set, env_unset = _environment(
+        environ, options, mode, place, pinned, collective, tf_config, job.slurm.nodes, tuned,
+        script_imports_keras, watch,
+    )  # fmt: skip
     if rendezvous is not None:
         env_set.update(horovod_environment(rendezvous, place))
     if options.profile is not None:

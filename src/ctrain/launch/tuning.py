@@ -14,6 +14,11 @@ from ctrain.names import TUNE_OFF, Mode
 
 INTRAOP, INTEROP, OMP = "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"
 MPI_YIELD = "OMPI_MCA_mpi_yield_when_idle"
+MALLOC = "GLIBC_TUNABLES"
+# glibc's malloc neither maps nor unmaps a chunk of its own (mmap_max=0) and keeps up to 1 GiB
+# of freed memory (trim_threshold): oneDNN's per-step buffers are then reused, where by default
+# each step maps them afresh and every first write to a page faults (docs/performance.md)
+KEEP_FREED = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824"
 NOT_BOUND = ("", "none")  # SLURM_CPU_BIND_TYPE values that leave the tasks unbound
 
 
@@ -91,6 +96,14 @@ def defaults(
     return chosen
 
 
+def allocator(gpus: int) -> dict[str, tuple[str, str]]:
+    """glibc's malloc keeps what it frees, for a rank whose CPU computes (no GPU): its
+    convolutions' buffers are allocated and freed every step."""
+    if gpus:
+        return {}
+    return {MALLOC: (KEEP_FREED, "no GPU: the CPU's kernels reuse freed memory, no page faults")}
+
+
 def tune(
     environ: Mapping[str, str],
     choice: str,
@@ -98,11 +111,13 @@ def tune(
     local_size: int,
     cpus_per_task: int | None,
     cpus: Cpus | None,
+    gpus: int,
 ) -> tuple[Tuned, ...]:
-    """The tuned variables of this rank, by name; those already in ``environ`` are kept."""
+    """The tuned variables of this rank (``gpus``: the GPUs it was given), by name; those
+    already in ``environ`` are kept."""
     if choice == TUNE_OFF:
         return ()
-    chosen = defaults(environ, mode, local_size, cpus_per_task, cpus)
+    chosen = defaults(environ, mode, local_size, cpus_per_task, cpus) | allocator(gpus)
     return tuple(
         Tuned(name, environ[name], "kept (set by you)", kept=True)
         if name in environ

@@ -1,4 +1,5 @@
-"""Thread and polling defaults from the allocation, as truth tables (launch/tuning.py)."""
+"""Thread, polling and allocator defaults from the allocation, as truth tables
+(launch/tuning.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from ctrain.cli import main
 from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.tuning import Cpus, Tuned, defaults, rank_threads, to_set, tune
+from ctrain.launch.tuning import (
+    KEEP_FREED,
+    MALLOC,
+    Cpus,
+    Tuned,
+    allocator,
+    defaults,
+    rank_threads,
+    to_set,
+    tune,
+)
 from ctrain.names import Mode
 from ctrain.settings import resolve
 from tests.unit.launch.environs import slurm_step
@@ -136,24 +147,44 @@ def test_no_yield_without_the_node_size() -> None:
     assert defaults({}, Mode.HOROVOD, 2, None, None) == {}
 
 
-ENVIRONS = ({}, {"OMP_NUM_THREADS": "7"}, {"OMPI_MCA_mpi_yield_when_idle": "0"})
+@pytest.mark.parametrize(("gpus", "expected"), [(0, True), (1, False), (8, False)])
+def test_malloc_keeps_what_it_frees_only_where_the_cpu_computes(gpus: int, expected: bool) -> None:
+    assert allocator(gpus) == (
+        {MALLOC: (KEEP_FREED, "no GPU: the CPU's kernels reuse freed memory, no page faults")}
+        if expected
+        else {}
+    )
+    assert KEEP_FREED == "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824"
+
+
+ENVIRONS = (
+    {},
+    {"OMP_NUM_THREADS": "7"},
+    {"OMPI_MCA_mpi_yield_when_idle": "0"},
+    {MALLOC: "glibc.malloc.arena_max=2"},
+)
 
 
 @pytest.mark.parametrize(("environ", "choice"), list(itertools.product(ENVIRONS, ("auto", "off"))))
 def test_what_the_user_set_is_kept_and_off_sets_nothing(
     environ: dict[str, str], choice: str
 ) -> None:
-    tuned = tune(environ, choice, Mode.HOROVOD, 2, None, Cpus(2, 2))
+    tuned = tune(environ, choice, Mode.HOROVOD, 2, None, Cpus(2, 2), 0)
     if choice == "off":
         assert tuned == ()
         return
-    assert [t.name for t in tuned] == sorted([*THREADS, YIELD])
-    found = defaults(environ, Mode.HOROVOD, 2, None, Cpus(2, 2))
+    assert [t.name for t in tuned] == sorted([*THREADS, YIELD, MALLOC])
+    found = defaults(environ, Mode.HOROVOD, 2, None, Cpus(2, 2)) | allocator(0)
     for t in tuned:
         assert t.kept is (t.name in environ)
         mine = (environ[t.name], "kept (set by you)") if t.kept else found[t.name]
         assert (t.value, t.reason) == mine
-    assert set(to_set(tuned)) == {*THREADS, YIELD} - set(environ)
+    assert set(to_set(tuned)) == {*THREADS, YIELD, MALLOC} - set(environ)
+
+
+def test_a_rank_with_a_gpu_keeps_mallocs_own_ways() -> None:
+    tuned = tune({}, "auto", Mode.HOROVOD, 2, None, Cpus(2, 2), 1)
+    assert [t.name for t in tuned] == sorted([*THREADS, YIELD])
 
 
 def test_to_set_leaves_out_what_is_kept() -> None:
@@ -177,7 +208,8 @@ def test_the_plan_carries_the_tuning_to_the_child_and_explain() -> None:
     explained = plan.explain()["tuning"]
     assert {"name": "TF_NUM_INTEROP_THREADS", "value": "4", "reason": "kept (set by you)",
             "kept": True} in explained  # fmt: skip
-    assert [t["name"] for t in explained] == sorted([*THREADS, YIELD])
+    assert [t["name"] for t in explained] == sorted([*THREADS, YIELD, MALLOC])
+    assert plan.env_set[MALLOC] == KEEP_FREED  # no GPU here
 
 
 def test_tune_off_in_the_plan() -> None:
@@ -186,7 +218,7 @@ def test_tune_off_in_the_plan() -> None:
         HOROVOD2, (), False, Cpus(2, 2),
     )  # fmt: skip
     assert plan.tuned == () and plan.explain()["tuning"] == []
-    assert not {*THREADS, YIELD} & set(plan.env_set)
+    assert not {*THREADS, YIELD, MALLOC} & set(plan.env_set)
 
 
 def test_explain_prints_each_tuned_variable_with_its_reason() -> None:
@@ -205,9 +237,9 @@ def test_explain_prints_each_tuned_variable_with_its_reason() -> None:
     assert [line.split()[1] for line in lines if line.startswith(("  tune", "  keep"))] == [
         f"{t.name}={t.value}" for t in plan.tuned
     ]
-    assert json.loads(start.explain(plan, as_json=True))["tuning"][1] == {
+    assert {
         "name": "OMP_NUM_THREADS", "value": "3", "reason": "kept (set by you)", "kept": True,
-    }  # fmt: skip
+    } in json.loads(start.explain(plan, as_json=True))["tuning"]  # fmt: skip
 
 
 def test_this_process_cpus_are_its_mask_and_the_node() -> None:
@@ -217,10 +249,11 @@ def test_this_process_cpus_are_its_mask_and_the_node() -> None:
 
 
 def test_launch_tune_off_on_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*THREADS, YIELD, "CTRAIN_TUNE", "SLURM_CPUS_PER_TASK"):
+    for name in (*THREADS, YIELD, MALLOC, "CTRAIN_TUNE", "SLURM_CPUS_PER_TASK"):
         monkeypatch.delenv(name, raising=False)
     on = json.loads(CliRunner().invoke(main, ["launch", "--explain", "--json"]).output)
-    assert [t["name"] for t in on["tuning"]] == sorted(THREADS)
+    # and GLIBC_TUNABLES where this machine has no GPU (tested on a plan above)
+    assert [t["name"] for t in on["tuning"] if t["name"] != MALLOC] == sorted(THREADS)
     off = CliRunner().invoke(main, ["launch", "--tune", "off", "--explain", "--json"])
     assert json.loads(off.output)["tuning"] == []
     monkeypatch.setenv("CTRAIN_TUNE", "off")
