@@ -69,7 +69,7 @@ docs:  ## build the documentation site into build/site with mkdocs --strict (bro
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test-suite:  ## all tests on TF_VERSION only
-	$(VPY) -m pytest -ra --durations=30 tests
+	$(VPY) -m pytest -ra --durations=0 --durations-min=5 tests
 
 test-matrix:  ## the training tests of every launch mode (marker `modes`) on every other TensorFlow of the matrix
 	@set -e; for tf in $(OTHER_TF); do \

@@ -317,7 +317,7 @@ PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscr
 # (cancelled) that hold cores it needs: SIGTERM to their tasks, the end GraceTime seconds later.
 # A high job waits for debug jobs; a debug job waits for a high job's cores and shares a low job's.
 PartitionName=low Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=REQUEUE GraceTime=30
-PartitionName=low-cancel Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=CANCEL GraceTime=30
+PartitionName=low-cancel Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 PreemptMode=CANCEL GraceTime=10
 PartitionName=high Nodes=$HOST MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=2 PreemptMode=OFF
 EOF
     [ "$NODES" = 0 ] || cluster_conf_lines "$NODES" "$HW_LINE"

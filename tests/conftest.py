@@ -201,6 +201,34 @@ def charliecloud_image() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def podman_cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The CI CPU image in rootful podman's store, pushed to the local registry and pulled from it
+    by `ctrain pull --runtime podman`, once per session: it stays in the store for the session, so
+    a later pull of an image on it (test_foreign_images) fetches only the layers above; removed
+    at the end when this session put it there."""
+    from tests.helpers import REGISTRY, run_ctrain
+    from tests.integration.images import ci_cpu_image
+    from tests.integration.jobs import clean_env
+    from tests.integration.podman import podman, present
+
+    built = ci_cpu_image()
+    ref = f"{REGISTRY}/{built}"
+    for argv in (["docker", "tag", built, ref], ["docker", "push", ref]):  # this checkout's
+        subprocess.run(argv, capture_output=True, timeout=900, check=True)
+    made = not present(ref)
+    env = {**clean_env(), "CTRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("podman-cache"))}
+    done = run_ctrain("pull", "--runtime", "podman", ref, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith((f"pulled {ref} -> {ref} (sha256:", f"up to date: {ref}"))
+    assert present(ref)
+    try:
+        yield ref
+    finally:
+        if made:
+            podman("rmi", ref, check=False)
+
+
+@pytest.fixture(scope="session")
 def test_user() -> pwd.struct_passwd:
     """The unprivileged user ``ctrain-test`` with every group a test needs (tests/users.py)."""
     return ensure_test_user()

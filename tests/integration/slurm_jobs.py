@@ -107,7 +107,7 @@ def wait_done(job: str, workdir: Path, timeout: float = JOB_TIMEOUT) -> dict[str
     while status := state(job):
         release_if_held(job, status)
         assert time.monotonic() < deadline, f"job {job} still {status}:\n{log(workdir)}"
-        time.sleep(2)
+        time.sleep(0.5)
     return job_record(job)
 
 
@@ -170,4 +170,4 @@ def wait_held(job: str, out: Path, restart: int, workdir: Path, ranks: int = 2) 
         release_if_held(job, status)
         return all(m.exists() for m in markers)
 
-    wait_for(held, f"run {restart} of job {job} to hold", timeout=JOB_TIMEOUT, interval=1)
+    wait_for(held, f"run {restart} of job {job} to hold", timeout=JOB_TIMEOUT, interval=0.5)

@@ -2,9 +2,9 @@
 working directory, a 2-rank training under srun, and what `ctrain doctor` says of podman.
 
 Rootful podman runs the CPU image (tests/integration/images.ci_cpu_image(), pushed to the local
-registry and pulled into podman's store by `ctrain pull --runtime podman` once per module,
-removed at the end when this module put it there). The ownership and rootless-doctor tests run
-ctrain as a plain user on rootless podman with a busybox image."""
+registry and pulled into podman's store by `ctrain pull --runtime podman` once per session,
+removed at the session's end when the session put it there: tests/conftest.py). The ownership
+and rootless-doctor tests run ctrain as a plain user on rootless podman with a busybox image."""
 
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REGISTRY, run_ctrain
+from tests.helpers import CTRAIN, run_ctrain
 from tests.users import TEST_USER
 
 from . import passthrough
-from .images import ci_cpu_image
 from .jobs import TRAIN, clean_env, reports, run
-from .podman import TIMEOUT, as_user, podman, present, push_busybox
+from .podman import TIMEOUT, as_user, push_busybox
 
 pytestmark = [
     pytest.mark.podman,
@@ -37,23 +36,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The CPU image in podman's store, pulled from the local registry by ctrain."""
-    built = ci_cpu_image()
-    ref = f"{REGISTRY}/{built}"
-    for argv in (["docker", "tag", str(built), ref], ["docker", "push", ref]):  # this checkout's
-        subprocess.run(argv, capture_output=True, timeout=900, check=True)
-    made = not present(ref)
-    env = {**clean_env(), "CTRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-    done = run_ctrain("pull", "--runtime", "podman", ref, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith((f"pulled {ref} -> {ref} (sha256:", f"up to date: {ref}"))
-    assert present(ref)
-    try:
-        yield ref
-    finally:
-        if made:
-            podman("rmi", ref, check=False)
+def image(podman_cpu_image: str) -> str:
+    """The CPU image in podman's store, pulled from the local registry by ctrain (once per
+    session: tests/conftest.py)."""
+    return podman_cpu_image
 
 
 def ctrain(

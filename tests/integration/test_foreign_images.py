@@ -31,7 +31,7 @@ import pytest
 import ctrain
 from ctrain import matrix
 from tests import scratch
-from tests.helpers import CTRAIN, REGISTRY, REPO, run_ctrain
+from tests.helpers import CTRAIN, REGISTRY, run_ctrain
 from tests.users import TEST_USER, user_source
 
 from .images import DEFAULT, busybox_base, foreign
@@ -289,61 +289,20 @@ def test_a_rendered_horovod_mpirun_job_trains_in_a_foreign_sif(
 
 # ---- the site's workflow: a SIF with Python, TensorFlow in an ext3 overlay -------------------
 
-ENV_SH = "export PATH=/ext3/env/bin:$PATH\n"  # what a site's /ext3/env.sh does, in one line
-
-
-def squashfs_offset(sif: Path) -> int:
-    """Where the root filesystem's squashfs starts in ``sif`` (`apptainer sif list`)."""
-    listing = subprocess.run(
-        ["apptainer", "sif", "list", str(sif)], capture_output=True, text=True, timeout=60,
-        check=True,
-    ).stdout  # fmt: skip
-    (row,) = [line for line in listing.splitlines() if "|FS (Squashfs" in line]
-    return int(row.split("|")[3].split("-")[0])
-
 
 @pytest.fixture(scope="module")
-def base_sif(foreign_sif: Path) -> Iterator[Path]:
+def base_sif() -> Path:
     """FOREIGN_HVD without its venv: Debian's Python 3.11 and Open MPI, no TensorFlow (like a
-    site's CUDA + Python SIF). Its tree is unpacked by unsquashfs: Apptainer's own extraction
-    (`build --sandbox`) cannot keep the files' owners here (root lacks the capability)."""
-    with scratch.directory("base-sif") as directory:
-        tree, sif = directory / "tree", directory / "base.sif"
-        offset = str(squashfs_offset(foreign_sif))
-        subprocess.run(["unsquashfs", "-q", "-n", "-o", offset, "-d", str(tree), str(foreign_sif)],
-                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
-        shutil.rmtree(tree / "opt" / "ctrain" / "venv")
-        env = tree / ".singularity.d" / "env" / "10-docker2singularity.sh"
-        env.write_text(env.read_text().replace("/opt/ctrain/venv/bin:", ""))
-        subprocess.run(
-            ["apptainer", "build", "--mksquashfs-args", "-comp lz4", str(sif), str(tree)],
-            capture_output=True, text=True, timeout=600, check=True,
-        )  # fmt: skip
-        sif.chmod(0o644)
-        yield sif
+    site's CUDA + Python SIF; images/foreign.py)."""
+    return foreign.base_sif()
 
 
 @pytest.fixture(scope="module")
-def overlay(base_sif: Path) -> Iterator[Path]:
+def overlay() -> Path:
     """An ext3 overlay made by `ctrain overlay create`, TensorFlow installed into a venv in it
-    from the wheelhouse (as a user installs it from an index), and /ext3/env.sh."""
-    wheels = REPO / "build" / "wheelhouse" / f"cpu-tf{DEFAULT}"
-    assert (wheels / "SHA256SUMS").is_file(), f"{wheels}: the CPU image's build makes it"
-    with scratch.directory("overlay") as directory:
-        made = directory / "overlay.ext3"
-        done = run_ctrain("overlay", "create", str(made), "--size", "4G", "--sparse",
-                          env=clean_env())  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        install = (
-            "python3 -m venv /ext3/env && /ext3/env/bin/pip install --quiet --no-index "
-            f"--find-links /wheels tensorflow=={DEFAULT} && printf '{ENV_SH}' >/ext3/env.sh"
-        )
-        run(
-            [CTRAIN, "exec", "--runtime", "apptainer", "--no-launch", "--overlay", str(made),
-             "-B", f"{wheels}:/wheels:ro", str(base_sif), "--", "sh", "-c", install],
-            clean_env(), timeout=600, cwd=Path(directory),
-        )  # fmt: skip
-        yield made
+    from the wheelhouse (as a user installs it from an index), and /ext3/env.sh
+    (images/foreign.py)."""
+    return foreign.overlay_with_tensorflow()
 
 
 @pytest.mark.apptainer

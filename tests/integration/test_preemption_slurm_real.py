@@ -1,7 +1,7 @@
 """Preemption by Slurm itself, for real: a rendered multiworker job (2 ranks) held at a known
 step in a low partition is preempted by a job of the high partition that needs its cores
-(scripts/services.sh: PreemptType=preempt/partition_prio; partitions low and low-cancel,
-PriorityTier=1 and GraceTime=30, and high, PriorityTier=2; docs/preemption.md).
+(scripts/services.sh: PreemptType=preempt/partition_prio; partitions low, GraceTime=30, and
+low-cancel, GraceTime=10, both PriorityTier=1, and high, PriorityTier=2; docs/preemption.md).
 
 Slurm sends every task SIGTERM, not the batch script; the chief checkpoints at that step and
 every rank exits 75. Then, as the job's partition says:
@@ -137,7 +137,7 @@ def test_preempted_under_cancel_checkpoints_and_stays_preempted(
     record = wait_done(job, tmp_path)
     print(
         f"\npreemption (CANCEL): to both ranks' end {over:.1f} s, to the job's end"
-        f" {time.monotonic() - start:.1f} s (GraceTime=30)"
+        f" {time.monotonic() - start:.1f} s (GraceTime=10)"
     )
     text = log(tmp_path, tail=0)
     assert record["JobState"] == "PREEMPTED" and record["Restarts"] == "0", text[-4000:]

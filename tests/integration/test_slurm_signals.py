@@ -79,7 +79,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[s
                 release_if_held(job, status)
             return not any(statuses.values())
 
-        wait_for(all_done, "every job to finish", timeout=ALL_JOBS_TIMEOUT, interval=2)
+        wait_for(all_done, "every job to finish", timeout=ALL_JOBS_TIMEOUT, interval=1)
         yield submitted
     finally:
         for job, _ in submitted.values():
