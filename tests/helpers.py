@@ -44,8 +44,9 @@ TIMEOUT = 60.0
 
 @dataclass(frozen=True)
 class Sandbox:
-    """HOME, XDG_CONFIG_HOME and XDG_CACHE_HOME under ``root``, a fake bin dir first on PATH,
-    and ``root`` as the working directory; ``env`` holds nothing of the caller's environment."""
+    """HOME, XDG_CONFIG_HOME, XDG_CACHE_HOME and XDG_STATE_HOME under ``root``, a fake bin dir
+    first on PATH, and ``root`` as the working directory; ``env`` holds nothing of the caller's
+    environment."""
 
     root: Path
     env: dict[str, str]
@@ -78,6 +79,7 @@ def sandbox(root: Path, path: str = SYSTEM_PATH, **extra: str) -> Sandbox:
         "HOME": str(root / "home"),
         "XDG_CONFIG_HOME": str(root / "home" / ".config"),
         "XDG_CACHE_HOME": str(root / "home" / ".cache"),
+        "XDG_STATE_HOME": str(root / "home" / ".local" / "state"),
         **extra,
     }
     return Sandbox(root, env)

@@ -10,6 +10,7 @@ The ground floor: this module imports nothing of ctrain's but names and profile_
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -67,6 +68,13 @@ def _words(text: str) -> tuple[str, ...]:
 
 def _text(text: str) -> str:
     return text
+
+
+def _persist(text: str) -> str:
+    """An OpenSSH time: seconds, or a number with s, m, h, d or w (e.g. 30m, 1h30m)."""
+    if not re.fullmatch(r"(\d+[smhdwSMHDW]?)+", text.strip()) or not text.strip()[0].isdigit():
+        raise ValueError("must be seconds, or a time such as 30m or 1h")
+    return text.strip()
 
 
 def _window(text: str) -> str:
@@ -251,6 +259,29 @@ class Settings:
         "killed or stalled); the time limit's and preemption's requeues are not counted",
         _non_negative_int,
         metavar="N",
+    )
+
+    remote: str | None = _row(
+        None,
+        "cluster the job command runs on, over one SSH connection (ctrain remote add); none: here",
+        _text,
+        flag="--on",
+        metavar="NAME",
+    )
+    sync_exclude: tuple[str, ...] = _row(
+        ("runs/", "*.out", "__pycache__/", ".venv/"),
+        "what job submit --on does not send (rsync patterns), besides .git/ and what "
+        ".gitignore files name",
+        _words,
+        flag="--exclude",
+        metavar="PATTERN,...",
+    )
+    ssh_persist: str = _row(
+        "30m",
+        "how long the SSH connection to a remote stays open after its last command (ssh's "
+        "ControlPersist: seconds, or e.g. 30m)",
+        _persist,
+        metavar="TIME",
     )
 
     # What only ``ctrain bench`` reads (BENCH_PREFIX; env CTRAIN_BENCH_*).

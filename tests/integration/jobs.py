@@ -3,14 +3,19 @@ checks of `ctrain bench`'s outputs."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
+from tests import scratch
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 TRAIN = SCRIPTS / "train_tiny.py"
@@ -21,13 +26,22 @@ TINY = ["--model", "MobileNetV2", "--image-size", "32", "--batch", "8", "--steps
         "--iters", "3", "--warmup", "2", "--threads", "1", "--timeout", "300"]  # fmt: skip
 
 
+@functools.cache
+def state_home() -> Path:
+    """The run's XDG_STATE_HOME: `ctrain job submit`'s ledger of jobs, not the user's."""
+    directory = scratch.make("state")
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without any launcher's variables, the venv first on PATH, one thread
-    per process (2 cores), and OpenMPI kept on the loopback interface."""
+    per process (2 cores), OpenMPI kept on the loopback interface, the run's own ledger."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
     env.update(
         {
             "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "XDG_STATE_HOME": str(state_home()),
             "OMP_NUM_THREADS": "1",
             "TF_NUM_INTRAOP_THREADS": "1",
             "TF_NUM_INTEROP_THREADS": "1",

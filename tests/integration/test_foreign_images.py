@@ -14,13 +14,12 @@ meet (TensorFlow's, NGC's) can be reached from this machine:
 
 Each through Docker, one process and two ranks under ``srun``; FOREIGN_HVD through Apptainer too,
 as a SIF (lz4: a few seconds to make from the image's tree), as root with Horovod under
-``srun --mpi=pmix`` and as the unprivileged test user.
+``srun --mpi=pmix`` (as the unprivileged test user: test_remote_real.py's job submitted from a
+"laptop", two ranks of multiworker).
 """
 
 from __future__ import annotations
 
-import json
-import pwd
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -30,9 +29,7 @@ import pytest
 
 import ctrain
 from ctrain import matrix
-from tests import scratch
 from tests.helpers import CTRAIN, REGISTRY, run_ctrain
-from tests.users import TEST_USER, user_source
 
 from .images import DEFAULT, busybox_base, foreign
 from .images.foreign import layered
@@ -45,8 +42,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.builds("foreign"), pytest.mark.tim
 OLD_PYTHON = """FROM {base}
 RUN printf '#!/bin/sh\\necho 3.8\\n' >/bin/python3 && /bin/busybox chmod 755 /bin/python3
 """
-RUNUSER = "/usr/sbin/runuser"
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @pytest.fixture(scope="module")
@@ -242,29 +237,6 @@ def test_horovod_under_srun_pmix_in_a_foreign_sif(foreign_sif: Path, work: Path)
     )  # fmt: skip
     found = same_weights(work / "out", 2)
     assert {r["mode"] for r in found} == {"horovod"}
-
-
-@pytest.mark.apptainer
-def test_a_plain_user_runs_a_foreign_sif(
-    foreign_sif: Path, test_user: pwd.struct_passwd, tmp_path: Path
-) -> None:
-    """As the test user, from a copy of the source tree (``user_source``) on Debian's Python:
-    the carried ctrain is the checkout's, click Debian's; the SIF is extracted (no /dev/fuse
-    for users here)."""
-    with scratch.directory("user-work") as work:
-        shutil.copy(SCRIPTS / "train_tiny.py", work)
-        shutil.chown(work, test_user.pw_uid, test_user.pw_gid)
-        env = clean_env(
-            HOME=test_user.pw_dir, PYTHONPATH=str(user_source()), USER=TEST_USER,
-            LOGNAME=TEST_USER, PATH=f"/usr/local/bin:{SYSTEM_PATH}",
-        )  # fmt: skip
-        argv = [RUNUSER, "-u", TEST_USER, "--", "/usr/bin/python3", "-m", "ctrain", "exec",
-                "--runtime", "apptainer", str(foreign_sif), "--", "python", "train_tiny.py",
-                "out", "1"]  # fmt: skip
-        run(argv, env, timeout=420, cwd=work)
-        report = json.loads((work / "out" / "rank0.json").read_text())
-        assert report["mode"] == "single" and report["size"] == 1
-        assert (work / "out" / "rank0.json").stat().st_uid == test_user.pw_uid
 
 
 @pytest.mark.apptainer

@@ -87,7 +87,7 @@ FLOORS = {
     **dict.fromkeys(["checkline", "matrix", "references", "releases"], 0),
     "launch": 1,  # what a rank does, in the image
     **dict.fromkeys(["container", "images", "network", "train"], 2),
-    **dict.fromkeys(["slurm", "distributed", "planner", "doctor"], 3),
+    **dict.fromkeys(["slurm", "distributed", "planner", "doctor", "remote"], 3),
     **dict.fromkeys(["bench", "examples"], 4),
     **dict.fromkeys(["cli", "__main__"], 5),
 }

@@ -32,6 +32,7 @@ COMMANDS = {
     "overlay": "images:overlay",
     "cache": "images:cache",
     "job": "jobs:job",
+    "remote": "remote:remote",
     "data": "data:data",
     "bench": "bench:bench",
     "examples": "examples:examples",

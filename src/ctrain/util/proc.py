@@ -84,6 +84,20 @@ def run_within(
     return done.returncode, done.stdout.decode(errors="replace")
 
 
+def attached(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``argv`` on this process's stdout and stderr (no stdin), as long as it runs; its
+    exit code. For a command whose output is the user's to read as it comes (``ssh`` to the
+    cluster's ctrain)."""
+    import subprocess
+
+    try:
+        return subprocess.run(
+            list(argv), env=None if env is None else dict(env), stdin=subprocess.DEVNULL
+        ).returncode
+    except FileNotFoundError as exc:
+        raise _not_found(argv[0], exc) from exc
+
+
 TAIL_LINES = 40  # of a tool's output, kept to show or quote when it fails
 
 

@@ -34,6 +34,7 @@ COMMANDS = [
     "cache",
     "launch",
     "job",
+    "remote",
     "data",
     "bench",
     "examples",

@@ -1,5 +1,5 @@
-"""Every job-script test renders with no CTRAIN_* setting and no user configuration; ``fakes``
-gives a test the fake programs the scripts run (fake_programs.py)."""
+"""Every job-script test renders with no CTRAIN_* setting, no user configuration and a ledger
+of jobs of its own; ``fakes`` gives a test the fake programs the scripts run (fake_programs.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def _no_ctrain_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if key.startswith("CTRAIN_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
 
 
