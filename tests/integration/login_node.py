@@ -68,6 +68,7 @@ class LoginNode:
     ctrain: Path  # runs this checkout's ctrain as the remote user: python3 -m ctrain "$@"
     prompts_file: Path  # one line a code asked: the prompt's text
     log: Path  # sshd's log (-e, LogLevel VERBOSE), for a failing test's message
+    pid: int  # sshd's: /proc/PID/ns/mnt is the mount namespace its sessions see
 
     def prompts(self) -> list[str]:
         """The prompts answered (right or wrong) since the start or the last reset, in order."""
@@ -330,4 +331,5 @@ def login_node() -> LoginNode:
         ctrain=ctrain,
         prompts_file=prompts,
         log=server / "sshd.log",
+        pid=process.pid,
     )

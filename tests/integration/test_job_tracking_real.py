@@ -1,8 +1,8 @@
-"""``ctrain job status|logs|cancel`` on the local Slurm, after ``ctrain job submit``: a job of a
-few seconds followed to its end, a sleeping job left running by Ctrl-C on its follower and then
-cancelled, and a job of the test user that root's ctrain refuses to cancel. Seconds in all: the
-jobs run a shell command with the host runtime, no image. Every subprocess has a timeout, and
-every job left behind is cancelled.
+"""``ctrain job status|logs|cancel|fetch`` on the local Slurm, after ``ctrain job submit``: a job
+of a few seconds followed to its end and its outputs copied, a sleeping job left running by
+Ctrl-C on its follower and then cancelled, and a job of the test user that root's ctrain refuses
+to cancel. Seconds in all: the jobs run a shell command with the host runtime, no image. Every
+subprocess has a timeout, and every job left behind is cancelled.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def status(tmp_path: Path, *ids: str) -> list[dict[str, object]]:
 
 
 def test_a_job_followed_to_its_end(tmp_path: Path, jobs_to_cancel: list[str]) -> None:
-    job = submit(tmp_path, "tracked", "echo hi; sleep 3; echo bye", jobs_to_cancel)
+    job = submit(
+        tmp_path, "tracked", "echo hi; echo w > weights; sleep 3; echo bye", jobs_to_cancel
+    )
     (first,) = status(tmp_path, job)
     assert first["state"] in ("PENDING", "CONFIGURING", "RUNNING"), first
 
@@ -65,6 +67,13 @@ def test_a_job_followed_to_its_end(tmp_path: Path, jobs_to_cancel: list[str]) ->
 
     ended = ctrain(tmp_path, "job", "cancel", job)
     assert (ended.returncode, ended.stdout) == (0, f"job {job} has already ended: COMPLETED\n")
+
+    fetched = ctrain(tmp_path, "job", "fetch", job, "--to", str(tmp_path / "copy"))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "copy" / "weights").read_text() == "w\n"
+    assert (tmp_path / "copy" / log.name).read_text() == log.read_text()
+    here = ctrain(tmp_path, "job", "fetch", job)  # the job's directory is this one
+    assert here.returncode == 0 and "already here" in here.stderr, here.stderr
 
 
 def test_ctrl_c_leaves_the_job_and_cancel_stops_it(

@@ -12,6 +12,7 @@ nothing local is overwritten.
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import shutil
 import socket
@@ -336,3 +337,24 @@ def test_a_full_disk_during_a_fetch_keeps_the_good_file(
         assert snapshot(small) == {"big.bin": b"the good copy"}
     finally:
         subprocess.run(["umount", str(small)], check=True, timeout=30)
+
+
+def test_a_full_disk_on_the_cluster_during_a_send(node: LoginNode, laptop: Laptop) -> None:
+    small = node.home / "ctrain-small"
+    small.mkdir()
+    user = pwd.getpwnam(node.user)
+    in_sshd = ["nsenter", f"--mount=/proc/{node.pid}/ns/mnt", "--"]  # where its sessions are
+    size = f"size=256k,uid={user.pw_uid},gid={user.pw_gid},mode=755"
+    subprocess.run([*in_sshd, "mount", "-t", "tmpfs", "-o", size, "tmpfs", str(small)],
+                   check=True, timeout=30)  # fmt: skip
+    try:
+        laptop.ok("remote", "add", "small", node.host, "--ssh-config", str(node.ssh_config),
+                  "--workdir", "ctrain-small")  # fmt: skip
+        (laptop.project / "data.bin").write_bytes(os.urandom(1 << 20))
+        before = snapshot(laptop.project)
+        line = laptop.refused("job", "submit", "--on", "small", "single", *LAYOUT, "--", "true")
+        assert "sending" in line and "free space on the cluster" in line, line
+        assert snapshot(laptop.project) == before
+    finally:
+        subprocess.run([*in_sshd, "umount", str(small)], check=True, timeout=30)
+        small.rmdir()
