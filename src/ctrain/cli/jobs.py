@@ -145,7 +145,6 @@ def _submit_on(name: str, mode: str, sync_exclude: str | None, flags: dict[str, 
 
     from ctrain.cli import _remote
     from ctrain.remote import session
-
     from ctrain.slurm import jobs
 
     jobs.render(_request(mode, **flags))  # checked here first: a bad request sends nothing
