@@ -23,9 +23,9 @@
 #    machine's namespace (the compute hosts' bridge) are removed, this machine's services start
 #    again (with CTRAIN_SERVICES_NODES compute hosts, 3 unless set, as `make services`), DIR is
 #    removed unless COMMAND failed or COLD_CI_KEEP=1, and the last lines are the most disk COMMAND
-#    took (the free space on DIR's and /var/tmp's filesystems, sampled every 10 s) and its wall
-#    time. The disk figure is what CI needs free on a new machine, give or take what other
-#    writers on the same filesystem did meanwhile.
+#    took (the free space on DIR's and /var/tmp's filesystems, sampled every COLD_CI_DISK_EVERY
+#    seconds, 10 unless set) and its wall time. The disk figure is what CI needs free on a new
+#    machine, give or take what other writers on the same filesystem did meanwhile.
 # What is not reset: the installed Debian packages (only a new machine tests `make system`'s apt
 # step), /dev, the kernel's settings, $HOME but its cache (pyenv's Python, .gitconfig), /var/cache
 # and /var/tmp. The exit status is COMMAND's, or 1 where the services did not start again.
@@ -59,13 +59,14 @@ remove_links() {
 # free_mib DIR...: MiB free on the filesystems of DIR..., each counted once
 free_mib() { df -P -BM "$@" | awk 'NR > 1 && !seen[$1]++ { sub(/M$/, "", $4); s += $4 } END { print s }'; }
 
-# watch_disk FILE DIR...: every 10 s, write the least MiB free on DIR...'s filesystems to FILE
+# watch_disk FILE DIR...: every COLD_CI_DISK_EVERY (10) s, write the least MiB free on DIR...'s
+# filesystems to FILE
 watch_disk() {
-    local file=$1 least now
+    local file=$1 every=${COLD_CI_DISK_EVERY:-10} least now
     shift
     least=$(free_mib "$@")
     echo "$least" >"$file"
-    while sleep 10; do
+    while sleep "$every"; do
         now=$(free_mib "$@")
         if [ "$now" -lt "$least" ]; then
             least=$now

@@ -4,7 +4,8 @@ lines that describe the user's cluster (image, nodes, GPUs, cores, memory) set t
 
 The image is the CPU SIF built from definitions/ctrain-cpu.def, pushed to the local registry
 (`oras://`), as a site would push its copy; `sbatch` waits for the job (a shell function), so the
-block's last commands find what the job left.
+block's last commands find what the job left. Both blocks share one ctrain cache: the first that
+runs pulls the image into it, the other's `ctrain pull "$IMAGE"` finds it up to date.
 """
 
 from __future__ import annotations
@@ -48,8 +49,16 @@ def for_this_machine(commands: str, lines: dict[str, str]) -> str:
     return commands
 
 
-def run_block(commands: str, tmp_path: Path, lines: dict[str, str]) -> Path:
-    """Run ``commands`` as a bash script in a fresh directory; that directory."""
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ctrain's cache (CTRAIN_CACHE_DIR) for both blocks, empty before the first."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def run_block(commands: str, tmp_path: Path, cache: Path, lines: dict[str, str]) -> Path:
+    """Run ``commands`` as a bash script in a fresh directory, with ``cache`` as ctrain's cache;
+    that directory. Its `ctrain pull` pulls into an empty cache, and finds the image up to date
+    in the cache another block pulled it into."""
     need(registry_up(), f"no registry at {REGISTRY} (make services)")
     image = ci_cpu_sif_in_registry()
     workdir = tmp_path / "work"
@@ -57,9 +66,11 @@ def run_block(commands: str, tmp_path: Path, lines: dict[str, str]) -> Path:
     script = workdir.parent / "block.sh"
     here = for_this_machine(commands, {IMAGE_LINE: f"IMAGE={image}", **lines})
     script.write_text("set -euo pipefail\n" + WAIT_FOR_JOBS + here)
-    env = clean_env(CTRAIN_CACHE_DIR=str(tmp_path / "cache"), CTRAIN_MIN_FREE_GB="1")
+    pulled = "up to date: " if any(cache.iterdir()) else "pulled "
+    env = clean_env(CTRAIN_CACHE_DIR=str(cache), CTRAIN_MIN_FREE_GB="1")
     done = run(["bash", str(script)], env, timeout=RUN_TIMEOUT, cwd=workdir)
     print(done.stdout)
+    assert re.search(f"^{pulled}", done.stdout, re.M), done.stdout
     return workdir
 
 
@@ -74,13 +85,13 @@ def trained(workdir: Path, log_glob: str, mode: str) -> None:
     assert f"ctrain: mode={mode} " in log.read_text(), log.read_text()
 
 
-def test_readme_quick_start(tmp_path: Path) -> None:
+def test_readme_quick_start(tmp_path: Path, cache: Path) -> None:
     opening = "<!-- quick start: tests/integration/test_quickstart.py runs this block -->\n```bash"
-    workdir = run_block(block(REPO / "README.md", opening), tmp_path, CLUSTER_LINE)
+    workdir = run_block(block(REPO / "README.md", opening), tmp_path, cache, CLUSTER_LINE)
     trained(workdir, "ctrain-multiworker-*.out", "multiworker")
 
 
-def test_getting_started_tutorial(tmp_path: Path) -> None:
+def test_getting_started_tutorial(tmp_path: Path, cache: Path) -> None:
     opening = '```bash title="tutorial"'
-    workdir = run_block(block(REPO / "docs" / "getting-started.md", opening), tmp_path, {})
+    workdir = run_block(block(REPO / "docs" / "getting-started.md", opening), tmp_path, cache, {})
     trained(workdir, "mnist-*.out", "single")
