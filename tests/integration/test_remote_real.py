@@ -127,6 +127,13 @@ def submitted(done: subprocess.CompletedProcess[str]) -> str:
     return job
 
 
+def on_host(laptop: Laptop, *command: str) -> str:
+    """A one-rank job of ``command`` on the cluster's host (no image), submitted from the
+    laptop: its id."""
+    argv = ["job", "submit", "--on", "cluster", "single", *LAYOUT, "--runtime", "host"]
+    return submitted(laptop.ok(*argv, "--", *command))
+
+
 def status(laptop: Laptop, job: str) -> dict[str, object]:
     rows = json.loads(laptop.ok("job", "status", "--on", "cluster", "--json", job).stdout)
     assert [row["job_id"] for row in rows] == [job]
@@ -167,21 +174,7 @@ def test_a_whole_session_asks_for_the_code_once(
     assert f"laptop-{job}.out" in fetched
     assert "secrets.txt" not in snapshot(remote_dir)  # .gitignore'd: never sent
 
-    sleeper = submitted(
-        laptop.ok(
-            "job",
-            "submit",
-            "--on",
-            "cluster",
-            "single",
-            *LAYOUT,
-            "--runtime",
-            "host",
-            "--",
-            "sleep",
-            "300",
-        )  # fmt: skip
-    )
+    sleeper = on_host(laptop, "sleep", "300")
     jobs_to_cancel.append(sleeper)
     laptop.ok("job", "cancel", "--on", "cluster", sleeper)
     wait_for(lambda: status(laptop, sleeper)["state"] == "CANCELLED", "the cancel", timeout=60)
@@ -269,21 +262,7 @@ def test_a_job_of_another_user_is_not_cancelled(
 def test_a_connection_lost_while_following_says_how_to_go_on(
     laptop: Laptop, jobs_to_cancel: list[str]
 ) -> None:
-    job = submitted(
-        laptop.ok(
-            "job",
-            "submit",
-            "--on",
-            "cluster",
-            "single",
-            *LAYOUT,
-            "--runtime",
-            "host",
-            "--",
-            "sleep",
-            "300",
-        )  # fmt: skip
-    )
+    job = on_host(laptop, "sleep", "300")
     jobs_to_cancel.append(job)
     follower = subprocess.Popen(
         [CTRAIN, "job", "logs", "--on", "cluster", job, "-f"],
@@ -307,22 +286,7 @@ def test_a_connection_lost_while_following_says_how_to_go_on(
 def test_a_full_disk_during_a_fetch_keeps_the_good_file(
     laptop: Laptop, tmp_path: Path, jobs_to_cancel: list[str]
 ) -> None:
-    job = submitted(
-        laptop.ok(
-            "job",
-            "submit",
-            "--on",
-            "cluster",
-            "single",
-            *LAYOUT,
-            "--runtime",
-            "host",
-            "--",
-            "sh",
-            "-c",
-            "head -c 3000000 /dev/urandom > big.bin",
-        )  # fmt: skip
-    )
+    job = on_host(laptop, "sh", "-c", "head -c 3000000 /dev/urandom > big.bin")
     jobs_to_cancel.append(job)
     wait_for(lambda: status(laptop, job)["state"] == "COMPLETED", "the job's end", timeout=120)
     small = tmp_path / "small"
