@@ -1,11 +1,14 @@
 """The layout rules of docs/architecture.md, on src/ctrain: no import cycle, counting imports
 inside functions as well (an import moved into a function to dodge a cycle is still one); no
 import from a floor up to a higher one (FLOORS); container/ and images/ never import each other
-(what both need lives below them); no module over 400 lines, no function over 60."""
+(what both need lives below them); no module over 400 lines, no function over 60; every module
+is named in the module map at the top of docs/architecture.md."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from tests.helpers import REPO
@@ -147,3 +150,97 @@ def test_no_module_over_400_lines_and_no_function_over_60() -> None:
                 if lines > FUNCTION_LINES:
                     too_long.append(f"{name}.{node.name}: {lines} lines")
     assert too_long == []
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+# Folders of package data, not modules (util/shipped.py finds them): the map names the folder.
+PACKAGE_DATA = ("examples",)
+
+
+def module_map(text: str) -> dict[str, str]:
+    """The map under ``src/ctrain/`` in docs/architecture.md, by entry (``errors.py``,
+    ``launch/``...): each entry's lines, a line indented further going to the entry above it."""
+    lines = text.splitlines()
+    entries: dict[str, str] = {}
+    entry = ""
+    for line in lines[lines.index("    src/ctrain/") + 1 :]:
+        if line and not line.startswith("    "):
+            break
+        if match := re.match(r" {6}(\S+)", line):
+            entry = match.group(1)
+        entries[entry] = entries.get(entry, "") + line + "\n"
+    return entries
+
+
+def said(name: str, text: str) -> bool:
+    """``name`` written in ``text`` as itself, not as part of a longer name, a path or a flag."""
+    return re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def unnamed(paths: Iterable[Path], entries: dict[str, str]) -> list[str]:
+    """The modules of ``paths`` (relative to src/ctrain) that the map names nowhere. A top-level
+    module is named as ``name.py`` anywhere in the map, a top-level package (its __init__.py) by
+    its own entry ``name/``; a module in a folder is named by its name (``tuning``, with or
+    without ``.py``; ``stores/`` for a package) in its top-level folder's entry."""
+    everything = "".join(entries.values())
+    missing = []
+    for path in paths:
+        *folders, name = path.parts
+        if name == "__init__.py":
+            if not folders:
+                continue  # ctrain itself: the map's root
+            *folders, package = folders
+            name = package + "/"
+        if not folders:
+            found = name in entries if name.endswith("/") else said(name, everything)
+        elif folders[0] in PACKAGE_DATA:
+            found = folders[0] + "/" in entries
+        else:
+            found = said(name.removesuffix(".py"), entries.get(folders[0] + "/", ""))
+        if not found:
+            missing.append(path.as_posix())
+    return sorted(missing)
+
+
+def test_every_module_is_named_in_the_architecture_map() -> None:
+    package = SRC / "ctrain"
+    paths = [path.relative_to(package) for path in package.rglob("*.py")]
+    missing = unnamed(paths, module_map(ARCHITECTURE.read_text()))
+    assert not missing, f"named nowhere in docs/architecture.md's module map: {', '.join(missing)}"
+
+
+def test_a_module_the_map_does_not_name_is_found() -> None:
+    text = (
+        "Intro\n\n    src/ctrain/\n"
+        "      errors.py        every error class\n"
+        "      launch/          jobenv (the variables) -> plan (ports: the window;\n"
+        "                       --profile's window) -> start\n"
+        "      images/          stores/: base, sif\n"
+        "      examples/        package data\n\n"
+        "planner.py is named here, below the map: not in it.\n"
+    )
+    paths = [
+        Path(name)
+        for name in (
+            "__init__.py",
+            "errors.py",
+            "planner.py",
+            "util/__init__.py",
+            "launch/__init__.py",
+            "launch/ports.py",
+            "launch/profile.py",
+            "launch/start.py",
+            "launch/tuning.py",
+            "images/stores/__init__.py",
+            "images/stores/sif.py",
+            "images/stores/engine.py",
+            "examples/mnist_cnn.py",
+        )
+    ]
+    assert unnamed(paths, module_map(text)) == [
+        "images/stores/engine.py",
+        "launch/profile.py",
+        "launch/tuning.py",
+        "planner.py",
+        "util/__init__.py",
+    ]
