@@ -19,7 +19,7 @@ ALL_RANKS = "all"
 EXAMPLE = "20-25"
 
 
-class Window(NamedTuple):
+class StepWindow(NamedTuple):
     """Training steps FIRST..LAST, both traced."""
 
     first: int
@@ -33,8 +33,8 @@ class Window(NamedTuple):
         return f"{self.first}-{self.last}"
 
 
-def parse_window(text: str) -> Window:
-    """``N`` or ``FIRST-LAST`` as a Window; a ValueError says what is wrong and what to give."""
+def parse_window(text: str) -> StepWindow:
+    """``N`` or ``FIRST-LAST`` as a StepWindow; a ValueError says what is wrong and what to give."""
     bounds = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
     if bounds is None:
         raise ValueError(
@@ -56,7 +56,7 @@ def parse_window(text: str) -> Window:
             f"{last - first + 1} steps, more than {MAX_STEPS} to trace; a few steps show where "
             f"the time goes, e.g. {first}-{first + 5}"
         )
-    return Window(first, last)
+    return StepWindow(first, last)
 
 
 def check_ranks(text: str) -> str:

@@ -84,8 +84,8 @@ def _window(text: str) -> str:
 class Setting(NamedTuple):
     """One setting, everything about it: its config key and variable (``name``), default, help,
     parser, and what its command-line option is (``choices`` for a choice, a true/false setting
-    a flag, ``flag`` where the option is not ``--name-with-dashes`` (for a bench row, without
-    ``bench-``), ``metavar``). The Click option (cli/_options.py), the typed field
+    a flag, ``option_override`` where the option is not ``--name-with-dashes`` (for a bench row,
+    without ``bench-``), ``metavar``). The Click option (cli/_options.py), the typed field
     (``Settings``) and the reference page come from it.
     """
 
@@ -94,7 +94,7 @@ class Setting(NamedTuple):
     help: str
     parse: Callable[[str], Value]
     choices: tuple[str, ...] = ()
-    flag: str | None = None
+    option_override: str | None = None
     metavar: str | None = None
 
     @property
@@ -114,8 +114,8 @@ class Setting(NamedTuple):
     @property
     def option(self) -> str:
         """Its command-line option: ``--name-with-dashes``, without ``bench-`` for a bench row
-        (``ctrain bench --workers``), unless ``flag`` says another."""
-        return self.flag or "--" + self.name.removeprefix(BENCH_PREFIX).replace("_", "-")
+        (``ctrain bench --workers``), unless ``option_override`` says another."""
+        return self.option_override or "--" + self.name.removeprefix(BENCH_PREFIX).replace("_", "-")
 
 
 def _row(
@@ -123,17 +123,17 @@ def _row(
     help: str,
     parse: Callable[[str], Value],
     *,
-    flag: str | None = None,
+    option_override: str | None = None,
     metavar: str | None = None,
 ) -> Any:
     """A field of ``Settings``: its default, and its row (named by the field)."""
-    row = Setting("", default, help, parse, flag=flag, metavar=metavar)
+    row = Setting("", default, help, parse, option_override=option_override, metavar=metavar)
     return dataclasses.field(default=default, metadata={ROW: row})
 
 
-def _one_of(default: str, help: str, choices: tuple[str, ...], *, flag: str | None = None) -> Any:
+def _one_of(default: str, help: str, choices: tuple[str, ...]) -> Any:
     """A field whose value is one of ``choices``."""
-    row = Setting("", default, help, _choice(*choices), choices=choices, flag=flag)
+    row = Setting("", default, help, _choice(*choices), choices=choices)
     return dataclasses.field(default=default, metadata={ROW: row})
 
 
@@ -180,7 +180,7 @@ class Settings:
         None,
         "temporary space of apptainer pull/build (node-local; none: $TMPDIR, else /tmp)",
         _text,
-        flag="--tmpdir",
+        option_override="--tmpdir",
         metavar="DIR",
     )
     progress: str = _one_of(
@@ -238,7 +238,7 @@ class Settings:
         _non_negative_int,
     )
     doctor_network: bool = _row(
-        False, "check the interconnect instead (ctrain doctor)", _flag, flag="--network"
+        False, "check the interconnect instead (ctrain doctor)", _flag, option_override="--network"
     )
     check_network: bool = _row(False, "job scripts run ctrain doctor --network first", _flag)
     preflight: bool = _row(
@@ -265,7 +265,7 @@ class Settings:
         None,
         "cluster the job command runs on, over one SSH connection (ctrain remote add); none: here",
         _text,
-        flag="--on",
+        option_override="--on",
         metavar="NAME",
     )
     sync_exclude: tuple[str, ...] = _row(
@@ -273,7 +273,7 @@ class Settings:
         "what job submit --on does not send (rsync patterns), besides .git/ and what "
         ".gitignore files name",
         _words,
-        flag="--exclude",
+        option_override="--exclude",
         metavar="PATTERN,...",
     )
     ssh_persist: str = _row(

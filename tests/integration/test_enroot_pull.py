@@ -80,7 +80,7 @@ def test_pull_imports_once_into_the_cache(ref: str, tmp_path: Path) -> None:
         PullAsk(ref=ref, runtime="pyxis", program="enroot", cache_root=tmp_path / "cache")
     ).target
     assert target is not None and done.stdout.startswith(f"pulled {enroot.import_uri(ref)}")
-    assert enroot.target_state(target).problem is None
+    assert enroot.squashfs_state(target).problem is None
     shown = subprocess.run(["unsquashfs", "-cat", str(target), "etc/environment"],
                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert shown.stdout.split() == ENV  # the image's config, written as enroot does

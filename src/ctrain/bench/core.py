@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from ctrain.bench.profile import PROFILE_VARIABLE
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
-from ctrain.profile_window import Window, parse_window
+from ctrain.profile_window import StepWindow, parse_window
 from ctrain.settings_table import BENCH_PREFIX, BY_NAME, Settings
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -94,7 +94,7 @@ def parse_workers(text: str) -> tuple[int, ...]:
     return tuple(sorted(counts))
 
 
-def profile_window(options: BenchOptions) -> Window | None:
+def profile_window(options: BenchOptions) -> StepWindow | None:
     """The steps the largest run traces, None without ``--profile``. A window that ends after
     the run's last step is refused here, before anything runs."""
     if options.profile is None:

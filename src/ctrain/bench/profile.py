@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from ctrain.profile_window import Window, parse_window
+from ctrain.profile_window import StepWindow, parse_window
 from ctrain.settings_table import BY_NAME
 
 PROFILE_VARIABLE = BY_NAME["profile"].env  # ctrain launch's --profile: bench says which run traces
@@ -29,7 +29,7 @@ class ProfileRun:
     table: str = ""  # breakdown.txt's text
 
 
-def profile_flags(window: Window, directory: str) -> list[str]:
+def profile_flags(window: StepWindow, directory: str) -> list[str]:
     """``ctrain launch``'s options that trace ``window`` into ``directory``."""
     return ["--profile", str(window), "--profile-dir", directory]
 

@@ -32,7 +32,7 @@ from ctrain.bench.core import (
 from ctrain.bench.profile import PROFILE_DIR, ProfileRun, new_profile_run, profile_flags
 from ctrain.bench.report import BenchReport, Row, markdown_report, result_from_reports
 from ctrain.errors import ExternalToolError
-from ctrain.profile_window import Window
+from ctrain.profile_window import StepWindow
 from ctrain.util import fs, proc
 
 
@@ -160,7 +160,7 @@ def _profile_runs(root: Path) -> dict[str, float]:
     return {entry.name: entry.stat().st_mtime for entry in root.iterdir() if entry.is_dir()}
 
 
-def _profile_run(root: Path, name: str | None, workers: int, window: Window) -> ProfileRun:
+def _profile_run(root: Path, name: str | None, workers: int, window: StepWindow) -> ProfileRun:
     """What the traced run left in ``root/name``: its table and its traces."""
     if name is None:
         return ProfileRun(workers, str(window), str(root), None)

@@ -1,6 +1,6 @@
 """What the command modules share: options for settings, resolving them, ``-- CMD`` parsing.
 
-A setting's option is made from its row in ctrain.settings (its flag, choices, metavar and
+A setting's option is made from its row in ctrain.settings (its option, choices, metavar and
 help): a command names the setting, nothing more. Defining a command imports no library module
 (``ctrain --help`` loads every command module): ctrain.settings imports only ctrain's ground
 floor (errors, names, profile_window).

@@ -143,7 +143,7 @@ class TargetState:
     problem: str | None = None  # from check_sif
 
 
-def target_state(target: Path) -> TargetState:
+def sif_state(target: Path) -> TargetState:
     """What is at ``target`` now: nothing, or a file and what is wrong with it."""
     try:
         size = target.stat().st_size
@@ -160,7 +160,7 @@ def archive_stamp(size: int, mtime_ns: int, inode: int) -> str:
     return f"{size}:{mtime_ns}:{inode}"
 
 
-def decide(
+def decide_reuse(
     sidecar: Sidecar | None,
     ref: str,
     state: TargetState,

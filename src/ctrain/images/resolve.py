@@ -17,8 +17,8 @@ pull machinery) and the squashfs file is returned, so the nodes of a step do not
 local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned in
 enroot's form (ctrain.references).
 
-Pure: ``decide`` (the decision table) and ``ranks``. ``choose`` reads the record and the file's
-header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
+Pure: ``decide_image`` (the decision table) and ``ranks``. ``choose`` reads the record and the
+file's header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
 imported only where an image may be pulled, so an exec of a local file does not load it.
 """
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 Decision = Literal["as given", "pulled", "pull", "refuse"]
 
 
-def decide(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
+def decide_image(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
     """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
     (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
     ``refuse`` (not pulled, and several ranks would each pull it at once)."""
@@ -111,7 +111,7 @@ def choose(
         from ctrain.references import enroot_image
 
         return ImageChoice(enroot_image(image, os.getcwd()))
-    if decide(runtime, remote, False, 1) == "as given":
+    if decide_image(runtime, remote, False, 1) == "as given":
         return ImageChoice(image)
     from ctrain.images import cachedir, pull
     from ctrain.images.stores.base import PullAsk
@@ -119,7 +119,7 @@ def choose(
     cache = cachedir.resolve_cache_dir(settings, environ)
     plan = pull.plan(PullAsk(ref=image, runtime=runtime, program=program, cache_root=cache.path))
     count = ranks(environ)
-    decision = decide(runtime, remote, pull.store_of(runtime).recorded(plan), count)
+    decision = decide_image(runtime, remote, pull.store_of(runtime).recorded(plan), count)
     if decision == "refuse":
         raise ConfigError(
             f"{image} is not pulled, and each of the {count} ranks of this step would pull it "

@@ -33,18 +33,20 @@ class Rendezvous(NamedTuple):
         return {"addr": self.addr, "port": self.port, "hosts": list(self.hosts)}
 
 
-def uses_gloo(mode: Mode, job: JobEnv, size: int) -> bool:
-    """Horovod mode, several ranks, started by a launcher of another MPI family."""
+def ctrain_plans_gloo(mode: Mode, job: JobEnv, size: int) -> bool:
+    """Whether ctrain plans Horovod's Gloo rendezvous for this launch (and rank 0 serves it):
+    Horovod mode, several ranks, started by a launcher of another MPI family. A rank that
+    horovodrun --gloo started runs on Gloo too, with horovodrun's rendezvous (``on_gloo_alone``)."""
     return mode is Mode.HOROVOD and size > 1 and job.mpi.launcher in GLOO_LAUNCHERS
 
 
-def on_gloo(mode: Mode, job: JobEnv, size: int) -> bool:
+def on_gloo_alone(mode: Mode, job: JobEnv, size: int) -> bool:
     """Whether this Horovod rank runs on Gloo alone, without MPI: horovodrun --gloo started it, or
-    ctrain plans Gloo for it (``uses_gloo``). The one place that says so: the MPI check
+    ctrain plans Gloo for it (``ctrain_plans_gloo``). The one place that says so: the MPI check
     (launch/mpicheck.py) takes it from here. A user's HOROVOD_CONTROLLER=gloo alone is not Gloo
     alone: Horovod's CPU operations stay MPI (its default), so MPI_Init still runs."""
     started = job.mpi.launcher == HOROVODRUN_GLOO
-    return mode is Mode.HOROVOD and (started or uses_gloo(mode, job, size))
+    return mode is Mode.HOROVOD and (started or ctrain_plans_gloo(mode, job, size))
 
 
 def _nodes(job: JobEnv, place: Placement) -> tuple[tuple[str, ...], int]:

@@ -60,22 +60,26 @@ def version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class Verdict(NamedTuple):
+class GpuCodeVerdict(NamedTuple):
+    """Whether TensorFlow's GPU code runs on this node's GPUs and driver."""
+
     status: Status
     detail: str
     fix: str = ""
 
 
-def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode) -> Verdict:
+def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode) -> GpuCodeVerdict:
     """One kind of GPU against TensorFlow ``tf``'s code."""
     cc = version(capability)
     said = f"{name} (compute capability {capability})"
     native = [s for s in code.sass if version(s)[0] == cc[0] and version(s) <= cc]
     if native:
-        return Verdict("PASS", f"{said}: sm_{native[-1].replace('.', '')} code in TensorFlow {tf}")
+        return GpuCodeVerdict(
+            "PASS", f"{said}: sm_{native[-1].replace('.', '')} code in TensorFlow {tf}"
+        )
     holds = f"its wheel holds code for {', '.join(code.sass)} and PTX for {code.ptx}"
     if cc > version(code.newest):
-        return Verdict(
+        return GpuCodeVerdict(
             "FAIL",
             f"{said}: TensorFlow {tf} has no code for it ({holds}; users report it failing "
             f"on anything newer than {code.newest})",
@@ -83,19 +87,19 @@ def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode
             + (f", such as NVIDIA's {BLACKWELL_IMAGE}" if cc[0] in (10, 12) else ""),
         )
     if cc < version(code.ptx):
-        return Verdict(
+        return GpuCodeVerdict(
             "FAIL",
             f"{said}: TensorFlow {tf} has no code for it ({holds})",
             f"use GPUs of compute capability {code.sass[0]} or newer, or an older TensorFlow",
         )
     if version(driver) < version(code.driver):
-        return Verdict(
+        return GpuCodeVerdict(
             "FAIL",
             f"{said}: TensorFlow {tf} runs on it only through the JIT of its PTX for {code.ptx}, "
             f"which needs driver >= {code.driver} (CUDA {code.cuda}); this node has {driver}",
             f"ask the site for driver >= {code.driver}, or use GPUs with code in the wheel",
         )
-    return Verdict(
+    return GpuCodeVerdict(
         "WARN",
         f"{said}: TensorFlow {tf} runs on it through the JIT of its PTX for {code.ptx}: the "
         "first run compiles every kernel (minutes)",
@@ -103,27 +107,29 @@ def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode
     )
 
 
-def judge(gpus: Sequence[GpuAnswer], tf: str | None, code: GpuCode | None) -> Verdict:
+def judge(gpus: Sequence[GpuAnswer], tf: str | None, code: GpuCode | None) -> GpuCodeVerdict:
     """Every GPU of the node (each kind once) and the driver, against TensorFlow ``tf``."""
     if not gpus:
-        return Verdict("PASS", "no GPU: nothing to check")
+        return GpuCodeVerdict("PASS", "no GPU: nothing to check")
     driver = gpus[0].driver
     if version(driver) < version(code.cuda12_driver if code else "525.60.13"):
         floor = code.cuda12_driver if code else "525.60.13"
-        return Verdict(
+        return GpuCodeVerdict(
             "FAIL",
             f"driver {driver} is older than CUDA 12 code needs (>= {floor})",
             f"ask the site for driver >= {floor}, or use an image built for this driver's CUDA",
         )
     if tf is None or code is None:
         named = "no TensorFlow" if tf is None else f"TensorFlow {tf}, not in ctrain's matrix"
-        return Verdict("WARN", f"driver {driver}; {named}: its GPU code is not known here")
+        return GpuCodeVerdict("WARN", f"driver {driver}; {named}: its GPU code is not known here")
     kinds = dict.fromkeys((gpu.name, gpu.capability) for gpu in gpus)
     verdicts = []
     for name, capability in kinds:
         if capability is None:
             verdicts.append(
-                Verdict("WARN", f"{name}: compute capability not reported (driver before 510)")
+                GpuCodeVerdict(
+                    "WARN", f"{name}: compute capability not reported (driver before 510)"
+                )
             )
         else:
             verdicts.append(_gpu_verdict(name, capability, driver, tf, code))

@@ -48,7 +48,9 @@ class LauncherMpi(NamedTuple):
     pmix: str | None  # PMIX_VERSION: the server's release
 
 
-class Verdict(NamedTuple):
+class MpiVerdict(NamedTuple):
+    """Whether this rank's MPI launcher and the image's MPI libraries work together."""
+
     status: str  # proceed, warn or refuse
     checked: bool
     message: str
@@ -128,11 +130,11 @@ def _unversioned(suffixes: tuple[str, ...]) -> tuple[int, int] | None:
     return (2, 0) if suffixes and max(map(_order, suffixes)) <= 21 else None
 
 
-def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
+def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> MpiVerdict:
     """Whether the image's PMIx client can talk to the launcher's server, and how well."""
     client = release(image.pmix)
     if client is None:
-        return Verdict(PROCEED, False, "the image's PMIx release is unknown: PMIx not checked")
+        return MpiVerdict(PROCEED, False, "the image's PMIx release is unknown: PMIx not checked")
     server = f"{launcher.name}, PMIx {launcher.pmix or 'release not given'},"
     common = [s for s in launcher.offered if s in client_protocols(str(image.pmix))]
     if not common:
@@ -143,35 +145,35 @@ def check_pmix(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
             f"{offers}; the image's PMIx {image.pmix} client looks for "
             f"{_uris(client_protocols(str(image.pmix)))}: it cannot connect"
         )
-        return Verdict(
+        return MpiVerdict(
             REFUSE, True, message, f"{_srun_fix(launcher, client)}; {OWN_MPIRUN}; {GLOO}"
         )
     wire = f"PMIX_SERVER_URI{common[-1]}"
     server_release = release(launcher.pmix) or _unversioned(launcher.offered)
     if server_release is not None and server_release[0] == client[0]:
         message = f"{server} and the image's PMIx {image.pmix}: one release series, via {wire}"
-        return Verdict(PROCEED, True, message)
+        return MpiVerdict(PROCEED, True, message)
     message = (
         f"{server} and the image's PMIx {image.pmix} are different release series: they "
         f"connect via {wire} (PMIx's cross-version support), but their shared-memory stores "
         "may not agree"
     )
     fix = f"{_srun_fix(launcher, client)}; if start-up hangs, export PMIX_MCA_gds=hash"
-    return Verdict(WARN, True, message, fix)
+    return MpiVerdict(WARN, True, message, fix)
 
 
-def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
+def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> MpiVerdict:
     """Whether the host's mpirun and the image's Open MPI are one major release."""
     image_release = release(image.openmpi)
     if image_release is None:
-        return Verdict(PROCEED, False, "the image's Open MPI release is unknown: not checked")
+        return MpiVerdict(PROCEED, False, "the image's Open MPI release is unknown: not checked")
     image_mpi = f"the image's Open MPI {image.openmpi}"
     host_major = 5 if launcher.family == "prrte" else 4  # ORTE: 4 or older
     if (image_release[0] >= 5) != (host_major >= 5):
         message = f"{launcher.name} cannot start {image_mpi}: Open MPI does not mix major releases"
         match = "5 or newer" if image_release[0] >= 5 else f"{image_release[0]}.x"
         fix = f"{OWN_MPIRUN}; or a host mpirun of Open MPI {match}; or srun --mpi=pmix"
-        return Verdict(REFUSE, True, message, fix)
+        return MpiVerdict(REFUSE, True, message, fix)
     old = launcher.family == "orte" and max(map(_order, launcher.offered), default=99) < 30
     if old and image_release[0] >= 4:
         message = (
@@ -181,13 +183,13 @@ def check_openmpi(launcher: LauncherMpi, image: ImageMpi) -> Verdict:
         fix = (
             f"use a host mpirun of Open MPI {image_release[0]}.x; {OWN_MPIRUN}; or srun --mpi=pmix"
         )
-        return Verdict(WARN, True, message, fix)
-    return Verdict(PROCEED, True, f"{launcher.name} and {image_mpi}: one major release")
+        return MpiVerdict(WARN, True, message, fix)
+    return MpiVerdict(PROCEED, True, f"{launcher.name} and {image_mpi}: one major release")
 
 
 def unchecked(mode: Mode, environ: Mapping[str, str], *, gloo: bool) -> str:
     """Why this rank's MPI is not checked, or "" when it is. ``gloo``: Horovod runs on Gloo
-    alone (launch/gloo.on_gloo)."""
+    alone (launch/gloo.on_gloo_alone)."""
     if mode is not Mode.HOROVOD:
         return f"mode {mode.value} does not use MPI"
     if gloo:
@@ -197,11 +199,11 @@ def unchecked(mode: Mode, environ: Mapping[str, str], *, gloo: bool) -> str:
     return ""
 
 
-def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bool) -> Verdict:
+def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bool) -> MpiVerdict:
     """The launcher's MPI against the image's: the worst finding decides."""
     why_not = unchecked(mode, environ, gloo=gloo)
     if why_not:
-        return Verdict(PROCEED, False, f"not checked: {why_not}")
+        return MpiVerdict(PROCEED, False, f"not checked: {why_not}")
     launcher = launcher_of(environ)
     findings = [check_pmix(launcher, image)]
     if launcher.family in ("orte", "prrte"):
@@ -211,4 +213,4 @@ def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bo
         return worst
     checked = [v for v in findings if v.checked]
     message = "; ".join(v.message for v in (checked or findings))
-    return Verdict(PROCEED, bool(checked), message)
+    return MpiVerdict(PROCEED, bool(checked), message)

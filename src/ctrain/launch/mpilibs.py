@@ -19,9 +19,9 @@ from pathlib import Path
 
 from ctrain.checkline import Check, Status
 from ctrain.errors import LaunchError
-from ctrain.launch.gloo import on_gloo
+from ctrain.launch.gloo import on_gloo_alone
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict, unchecked, verdict
+from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, MpiVerdict, unchecked, verdict
 from ctrain.names import Mode
 
 RECORD = "CTRAIN_IMAGE_MPI"
@@ -113,17 +113,17 @@ def image_mpi(environ: Mapping[str, str], root: Path = Path("/")) -> ImageMpi:
     return ImageMpi()
 
 
-def check(mode: Mode, environ: Mapping[str, str], *, gloo: bool, skip: bool) -> Verdict:
+def check(mode: Mode, environ: Mapping[str, str], *, gloo: bool, skip: bool) -> MpiVerdict:
     """The verdict for a rank in ``mode``; the image's files are read only when it is checked.
-    ``gloo``: the plan's (launch/gloo.on_gloo); ``skip``: the user's --skip-mpi-check
+    ``gloo``: the plan's (launch/gloo.on_gloo_alone); ``skip``: the user's --skip-mpi-check
     (CTRAIN_SKIP_MPI_CHECK), for a verdict that is wrong."""
     why_not = "--skip-mpi-check" if skip else unchecked(mode, environ, gloo=gloo)
     if why_not:
-        return Verdict(PROCEED, False, f"not checked: {why_not}")
+        return MpiVerdict(PROCEED, False, f"not checked: {why_not}")
     return verdict(mode, environ, image_mpi(environ), gloo=gloo)
 
 
-def enforce(found: Verdict, rank: int) -> None:
+def enforce(found: MpiVerdict, rank: int) -> None:
     """A refusal raises (every rank); a warning is one stderr line from rank 0."""
     if found.status == REFUSE:
         raise LaunchError(found.message, found.fix)
@@ -139,7 +139,7 @@ def doctor_check(environ: Mapping[str, str]) -> Check:
     image = image_mpi(environ)
     here = f"Open MPI {image.openmpi or 'unknown'}, PMIx {image.pmix or 'unknown'} ({image.source})"
     job = JobEnv.from_environ(environ, os.uname().nodename)
-    gloo = on_gloo(Mode.HOROVOD, job, job.mpi.size or 1)
+    gloo = on_gloo_alone(Mode.HOROVOD, job, job.mpi.size or 1)
     said = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
     detail = said.message if said.checked else f"{here}; {said.message}"
     return Check("mpi-match", _DOCTOR_STATUS[said.status], detail, said.fix)

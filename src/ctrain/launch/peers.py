@@ -11,7 +11,7 @@ ranks see their peer's connection reset: only this case is watched.
 from __future__ import annotations
 
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.ports import PEER_WATCH_SLOT, Window
+from ctrain.launch.ports import PEER_WATCH_SLOT, PortWindow
 from ctrain.names import Mode
 
 SRUN_PMI = frozenset({"pmix", "pmi"})
@@ -23,7 +23,7 @@ def watches_peers(mode: Mode, job: JobEnv, size: int) -> bool:
     return mode is Mode.HOROVOD and size > 1 and job.mpi.launcher in SRUN_PMI and job.slurm.in_step
 
 
-def peer_watch_address(job: JobEnv, window: Window) -> str:
+def peer_watch_address(job: JobEnv, window: PortWindow) -> str:
     """``HOST:PORT`` of rank 0's watch: the step's first node (srun places task 0 there under
     block, cyclic and plane distributions) and the watch's port of the step's block."""
     slurm = job.slurm

@@ -12,16 +12,16 @@ from typing import Any, NamedTuple
 from ctrain.errors import LaunchError
 from ctrain.launch.gloo import (
     Rendezvous,
+    ctrain_plans_gloo,
     horovod_environment,
-    on_gloo,
+    on_gloo_alone,
     plan_rendezvous,
-    uses_gloo,
 )
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import keras_environment
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.launch.peers import peer_watch_address, watches_peers
-from ctrain.launch.ports import RENDEZVOUS_SLOT, Ephemeral, Window, choose_window, worker_ports
+from ctrain.launch.ports import RENDEZVOUS_SLOT, Ephemeral, PortWindow, choose_window, worker_ports
 from ctrain.launch.profile import Process, profile_environment, profiled
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, ENV_LAUNCH_PEER_WATCH, Launched, Mode
@@ -84,8 +84,8 @@ class Plan(NamedTuple):
     env_unset: tuple[str, ...]
     tuned: tuple[Tuned, ...] = ()  # thread and polling defaults (launch/tuning.py)
     rendezvous: Rendezvous | None = None  # Horovod over Gloo that ctrain starts (launch/gloo.py)
-    port_window: Window | None = None  # where ports came from, when the mode listens on any
-    gloo: bool = False  # Horovod runs on Gloo alone, without MPI (gloo.on_gloo)
+    port_window: PortWindow | None = None  # where ports came from, when the mode listens on any
+    gloo: bool = False  # Horovod runs on Gloo alone, without MPI (gloo.on_gloo_alone)
 
     def explain(self) -> dict[str, Any]:
         """The plan as ``ctrain launch --explain --json`` prints it."""
@@ -243,7 +243,7 @@ def _environment(
 
 
 def _workers(
-    job: JobEnv, place: Placement, window: Window, environ: Mapping[str, str]
+    job: JobEnv, place: Placement, window: PortWindow, environ: Mapping[str, str]
 ) -> tuple[tuple[int, ...], dict[str, Any]]:
     """MultiWorkerMirroredStrategy's ports, one per rank, and this rank's TF_CONFIG."""
     slurm = job.slurm
@@ -298,11 +298,13 @@ def _listening(
     options: LaunchOptions,
     environ: Mapping[str, str],
     ephemeral: Ephemeral | None,
-) -> tuple[Window | None, tuple[int, ...], dict[str, Any] | None, Rendezvous | None, str | None]:
+) -> tuple[
+    PortWindow | None, tuple[int, ...], dict[str, Any] | None, Rendezvous | None, str | None
+]:
     """The ports of the modes whose ranks listen: the window they come from, multiworker's port
     per rank and TF_CONFIG, Horovod over Gloo's rendezvous (the last port of the step's block),
     the peer-loss watch's HOST:PORT where rank 0 listens for it (launch/peers.py)."""
-    gloo = uses_gloo(mode, job, place.size)
+    gloo = ctrain_plans_gloo(mode, job, place.size)
     watch = watches_peers(mode, job, place.size)
     if mode is not Mode.MULTIWORKER and not gloo and not watch:
         return None, (), None, None, None
@@ -369,7 +371,7 @@ def make_plan(
         tuned,
         rendezvous,
         window,
-        on_gloo(mode, job, place.size),
+        on_gloo_alone(mode, job, place.size),
     )
 
 

@@ -70,12 +70,14 @@ class Ephemeral(NamedTuple):
         return f"{self.low}-{self.high}"
 
 
-class Window(NamedTuple):
+class PortWindow(NamedTuple):
     """The ports [base, base + span) this node's job steps take their blocks from."""
 
     base: int
     span: int = PORT_SPAN
-    moved: str = ""  # why it is not [--port-base, + PORT_SPAN), for --explain
+    # Why it is not [--port-base, + PORT_SPAN) and which way it moved, a sentence for --explain
+    # and rank 0's stderr; "" where it was not moved.
+    moved: str = ""
 
     @property
     def last(self) -> int:
@@ -100,51 +102,53 @@ def port_block(
     return (job * 7 + step) % blocks
 
 
-def _free_sides(ephemeral: Ephemeral) -> list[Window]:
-    """The windows beside the range, each at most PORT_SPAN and a whole number of blocks."""
+def _free_sides(ephemeral: Ephemeral) -> list[tuple[str, PortWindow]]:
+    """The windows beside the range, each at most PORT_SPAN and a whole number of blocks, each
+    after the side of the range it lies on: ``below`` or ``above``."""
     below_base = max(LOWEST, ephemeral.low - PORT_SPAN)
     sides = [
         (below_base, ephemeral.low - below_base, "below"),
         (ephemeral.high + 1, HIGHEST - ephemeral.high, "above"),
     ]
     return [
-        Window(base, min(size, PORT_SPAN) // PORT_BLOCK * PORT_BLOCK, side)
+        (side, PortWindow(base, min(size, PORT_SPAN) // PORT_BLOCK * PORT_BLOCK))
         for base, size, side in sides
         if size >= PORT_BLOCK
     ]
 
 
-def choose_window(base: int, chosen: bool, ephemeral: Ephemeral | None) -> Window:
+def choose_window(base: int, chosen: bool, ephemeral: Ephemeral | None) -> PortWindow:
     """The window of ports for ``--port-base`` ``base`` on a node with ``ephemeral``.
 
     ``chosen``: the user set the base (a flag, a variable or a file), so it is kept or refused,
     never moved. ``ephemeral`` None: the range is unknown (not Linux), and the window is kept.
     """
-    wanted = Window(base)
+    wanted = PortWindow(base)
     if ephemeral is None:
         return wanted
     taken = ephemeral.takes(wanted.base, min(wanted.last, HIGHEST))
     if not taken:
         return wanted
-    sides = sorted(_free_sides(ephemeral), key=lambda side: side.span, reverse=True)
+    sides = sorted(_free_sides(ephemeral), key=lambda free: free[1].span, reverse=True)
     where = (
         f"ports {wanted.base}-{wanted.last} lie in this node's ephemeral port range {ephemeral} "
         "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's port"
     )
-    if chosen or not sides:
-        fix = (
-            f"--port-base {sides[0].base} (CTRAIN_PORT_BASE): {sides[0].span} ports "
-            f"{sides[0].moved} the range"
-            if sides
-            else "ask the site to reserve ports for jobs (net.ipv4.ip_local_reserved_ports) "
-            "and set --port-base (CTRAIN_PORT_BASE) to the first of them"
+    if not sides:
+        raise LaunchError(
+            where,
+            "ask the site to reserve ports for jobs (net.ipv4.ip_local_reserved_ports) "
+            "and set --port-base (CTRAIN_PORT_BASE) to the first of them",
         )
-        raise LaunchError(where, fix)
-    best = sides[0]
-    return best._replace(moved=f"{where}: moved {best.moved} it")
+    side, best = sides[0]
+    if chosen:
+        raise LaunchError(
+            where, f"--port-base {best.base} (CTRAIN_PORT_BASE): {best.span} ports {side} the range"
+        )
+    return best._replace(moved=f"{where}: moved {side} it")
 
 
-def worker_ports(hosts: tuple[str, ...], window: Window, block: int) -> tuple[int, ...]:
+def worker_ports(hosts: tuple[str, ...], window: PortWindow, block: int) -> tuple[int, ...]:
     """One port per rank: the step's block of ``window``, offset by the rank's index on its own
     node."""
     seen: dict[str, int] = {}

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from ctrain.errors import LaunchError
 from ctrain.names import Mode, Profiled
-from ctrain.profile_window import ALL_RANKS, AUTO_RANKS, Window, check_ranks
+from ctrain.profile_window import ALL_RANKS, AUTO_RANKS, StepWindow, check_ranks
 
 
 def traced_ranks(spec: str, size: int, mode: Mode) -> frozenset[int]:
@@ -78,7 +78,7 @@ def run_name(environ: Mapping[str, str], size: int, pid: int, ppid: int) -> str:
 
 
 def profiled(
-    window: Window,
+    window: StepWindow,
     ranks: str,
     directory: str,
     mode: Mode,

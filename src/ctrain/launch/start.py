@@ -18,7 +18,7 @@ from ctrain.launch.gpus import code_verdict, visible_gpus
 from ctrain.launch.interpreter import Holds, has
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import imports_keras, runs_python, script_of
-from ctrain.launch.mpicheck import Verdict
+from ctrain.launch.mpicheck import MpiVerdict
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
@@ -133,7 +133,7 @@ def prepare(
     return plan
 
 
-def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) -> Verdict:
+def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) -> MpiVerdict:
     """The launcher's MPI against the image's, for this plan (docs/mpi-and-network.md)."""
     return mpilibs.check(
         plan.mode, {**environ, **plan.env_set}, gloo=plan.gloo, skip=options.skip_mpi_check
@@ -141,7 +141,7 @@ def mpi_verdict(plan: Plan, options: LaunchOptions, environ: Mapping[str, str]) 
 
 
 def explain(
-    plan: Plan, as_json: bool, mpi: Verdict | None = None, holds: Holds | None = None
+    plan: Plan, as_json: bool, mpi: MpiVerdict | None = None, holds: Holds | None = None
 ) -> str:
     """The plan as ``--explain`` prints it; with ``mpi``, JSON shows the MPI check's verdict,
     with ``holds``, the interpreter and what it holds."""

@@ -1,6 +1,6 @@
 """What a job script does after a fault: a node that fails its check, a rank that was lost or
-stuck. Pure: the decision from the facts (``decide``), and the job's record of its fault retries
-(``Retries``, a JSON file of the job's own), which ``ctrain job preflight`` keeps.
+stuck. Pure: the decision from the facts (``decide_after_check``), and the job's record of its
+fault retries (``Retries``, a JSON file of the job's own), which ``ctrain job preflight`` keeps.
 
 A fault is blamed by checking, not by reading the remains: after a failed step every node of the
 job is checked again (``slurm/preflight.py``), and the nodes that fail or do not answer are left
@@ -195,7 +195,7 @@ def _first_failure(first: TaskEnd) -> tuple[tuple[str, ...], str] | None:
     return None
 
 
-def decide(
+def decide_after_check(
     job: Job,
     *,
     bad: Sequence[str],

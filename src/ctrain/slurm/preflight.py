@@ -35,7 +35,7 @@ from ctrain.slurm.faults import (
     Retries,
     TaskEnd,
     Verdict,
-    decide,
+    decide_after_check,
     summary,
     task_ends,
     this_run,
@@ -298,7 +298,7 @@ def job_verdict(
     record = _scontrol_show("job", job_id, environ)
     job = Job(run, nodes, partition_nodes(record, environ), retries, settings.fault_retries)
     first = None if exit_code is None else first_failure(record, job_id, run)
-    verdict = decide(job, bad=bad, reasons=reasons, exit_code=exit_code, first=first)
+    verdict = decide_after_check(job, bad=bad, reasons=reasons, exit_code=exit_code, first=first)
     if verdict.record is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fs.write_text(path, Retries((*retries.retries, verdict.record)).to_json())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ctrain.names import Launched, Mode, Profiled
-from ctrain.profile_window import Window, parse_window
+from ctrain.profile_window import StepWindow, parse_window
 from ctrain.train import breakdown
 from ctrain.util.fs import write_text
 
@@ -64,7 +64,7 @@ class Profiler:
 
     def __init__(
         self,
-        window: Window,
+        window: StepWindow,
         run: Path,
         rank: int,
         size: int,

@@ -90,12 +90,12 @@ def test_superblock_of_a_real_mksquashfs_file(tmp_path: Path) -> None:
         check=True,
         timeout=60,
     )
-    state = enroot.target_state(image)
+    state = enroot.squashfs_state(image)
     assert state.exists and state.problem is None and state.size == image.stat().st_size
     used = enroot.SUPERBLOCK.unpack_from(image.read_bytes())[-1]
     image.write_bytes(image.read_bytes()[: used - 1])  # cut short
-    assert "truncated" in str(enroot.target_state(image).problem)
-    assert not enroot.target_state(tmp_path / "none").exists
+    assert "truncated" in str(enroot.squashfs_state(image).problem)
+    assert not enroot.squashfs_state(tmp_path / "none").exists
 
 
 def test_plan_puts_the_file_in_the_cache() -> None:

@@ -19,7 +19,7 @@ from ctrain.images.record import (
     Sidecar,
     TargetState,
     archive_stamp,
-    decide,
+    decide_reuse,
     lock_of,
     read_sidecar,
     sidecar_of,
@@ -202,7 +202,7 @@ WHOLE = TargetState(True, 5096, None)
         (None, WHOLE, True, False, "pull", "no sidecar"),
     ],
 )
-def test_decide(  # noqa: PLR0913
+def test_decide_reuse(  # noqa: PLR0913
     sidecar: Sidecar | None,
     state: TargetState,
     owned: bool,
@@ -210,7 +210,7 @@ def test_decide(  # noqa: PLR0913
     action: str,
     words: str,
 ) -> None:
-    got, reason = decide(sidecar, REF, state, owned, force)
+    got, reason = decide_reuse(sidecar, REF, state, owned, force)
     assert (got, words in reason) == (action, True), reason
 
 

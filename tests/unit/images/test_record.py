@@ -26,10 +26,10 @@ from ctrain.images.record import (
     TargetState,
     archive_ref,
     archive_stamp,
-    decide,
+    decide_reuse,
     new_sidecar,
     read_sidecar,
-    target_state,
+    sif_state,
 )
 from tests.helpers import refusal
 
@@ -201,7 +201,7 @@ def test_reuse_pull_or_refuse(
     force: bool,
     decision: tuple[str, str],
 ) -> None:
-    assert decide(record, REF, state, owned, force) == decision
+    assert decide_reuse(record, REF, state, owned, force) == decision
 
 
 @pytest.mark.parametrize(
@@ -218,21 +218,21 @@ def test_an_archive_is_pulled_again_when_its_stamp_changed(
     recorded: str | None, now: str | None, decision: tuple[str, str]
 ) -> None:
     record = dataclasses.replace(sidecar(), source_stamp=recorded)
-    assert decide(record, REF, WHOLE, True, False, now) == decision
+    assert decide_reuse(record, REF, WHOLE, True, False, now) == decision
 
 
-def test_target_state(tmp_path: Path) -> None:
+def test_sif_state(tmp_path: Path) -> None:
     whole = tmp_path / "whole.sif"
     whole.write_bytes(image())
     cut = tmp_path / "cut.sif"
     cut.write_bytes(image()[:-1])
-    assert target_state(tmp_path / "missing.sif") == TargetState(False)
-    assert target_state(whole) == TargetState(True, len(image()), None)
+    assert sif_state(tmp_path / "missing.sif") == TargetState(False)
+    assert sif_state(whole) == TargetState(True, len(image()), None)
     size = len(image()) - 1
     said = f"truncated: its header describes {size + 1} bytes, the file has {size}"
-    assert target_state(cut) == TargetState(True, size, said)
+    assert sif_state(cut) == TargetState(True, size, said)
     with pytest.raises(ConfigError) as caught:
-        target_state(tmp_path)
+        sif_state(tmp_path)
     assert (caught.value.message, caught.value.fix) == (
         f"{tmp_path} exists and is not a file",
         "choose another -o",

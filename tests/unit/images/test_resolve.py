@@ -29,7 +29,7 @@ IMAGE_VERBS = ("pull", "inspect", "exec")
     list(itertools.product(RUNTIMES, (False, True), (False, True), (1, 2, 8))),
 )
 def test_decision_table(runtime: str, remote: bool, recorded: bool, ranks: int) -> None:
-    got = resolve.decide(runtime, remote, recorded, ranks)
+    got = resolve.decide_image(runtime, remote, recorded, ranks)
     if runtime not in ("apptainer", "singularity", "charliecloud", "pyxis") or not remote:
         assert got == "as given"  # a local file; engines pull themselves; host runs no image
     elif recorded:

@@ -8,11 +8,11 @@ import pytest
 from ctrain.errors import LaunchError
 from ctrain.launch.gloo import (
     Rendezvous,
+    ctrain_plans_gloo,
     horovod_environment,
-    on_gloo,
+    on_gloo_alone,
     plan_rendezvous,
     server_command,
-    uses_gloo,
 )
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement
@@ -60,8 +60,10 @@ def job(env: dict[str, str], host: str = "cn02") -> JobEnv:
         (Mode.HOROVOD, 2, {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, False),
     ],
 )
-def test_uses_gloo(mode: Mode, size: int, launcher_env: dict[str, str], expected: bool) -> None:
-    assert uses_gloo(mode, job(launcher_env), size) is expected
+def test_ctrain_plans_gloo(
+    mode: Mode, size: int, launcher_env: dict[str, str], expected: bool
+) -> None:
+    assert ctrain_plans_gloo(mode, job(launcher_env), size) is expected
 
 
 HOROVODRUN_GLOO = {  # what horovodrun --gloo gives a rank (horovod_environment's variables)
@@ -88,8 +90,8 @@ OPENMPI = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
         (Mode.HOROVOD, 2, {**slurm_step(), "HOROVOD_CONTROLLER": "gloo"}, False),
     ],
 )
-def test_on_gloo(mode: Mode, size: int, launcher_env: dict[str, str], expected: bool) -> None:
-    assert on_gloo(mode, job(launcher_env), size) is expected
+def test_on_gloo_alone(mode: Mode, size: int, launcher_env: dict[str, str], expected: bool) -> None:
+    assert on_gloo_alone(mode, job(launcher_env), size) is expected
 
 
 def test_rendezvous_across_nodes_is_on_the_first_node_of_the_step() -> None:

@@ -20,7 +20,7 @@ from ctrain.launch.plan import (
     pin_gpus,
     worker_hosts,
 )
-from ctrain.launch.ports import PORT_BLOCK, Window, port_block, worker_ports
+from ctrain.launch.ports import PORT_BLOCK, PortWindow, port_block, worker_ports
 from ctrain.names import Mode
 from ctrain.settings import resolve
 from ctrain.settings_table import Settings
@@ -179,11 +179,11 @@ def test_the_port_block_of_a_job_step() -> None:
 
 def test_port_refusals_say_why() -> None:
     hosts = ("a",) * (PORT_BLOCK + 1)
-    assert refusal(lambda: worker_ports(hosts, Window(20000), 0)) == (
+    assert refusal(lambda: worker_ports(hosts, PortWindow(20000), 0)) == (
         f"{PORT_BLOCK + 1} ranks on a; ctrain gives at most {PORT_BLOCK} per node",
         "use fewer tasks per node",
     )
-    assert refusal(lambda: worker_ports(("a",), Window(65536), 0)) == (
+    assert refusal(lambda: worker_ports(("a",), PortWindow(65536), 0)) == (
         "port 65536 is above 65535",
         "lower CTRAIN_PORT_BASE",
     )

@@ -21,7 +21,7 @@ from ctrain.launch.mpicheck import (
     WARN,
     ImageMpi,
     LauncherMpi,
-    Verdict,
+    MpiVerdict,
     check_openmpi,
     client_protocols,
     launcher_of,
@@ -54,7 +54,7 @@ EXPECTED: dict[str, tuple[str, str, str, str]] = {  # by image, in IMAGES' order
 }
 
 
-def outcome(found: Verdict) -> str:
+def outcome(found: MpiVerdict) -> str:
     return found.status if found.checked else U
 
 
@@ -92,17 +92,17 @@ def test_not_checked_without_mpi_or_when_switched_off(case: str) -> None:
     mode, environ, why = NOT_CHECKED[case]
     for image in IMAGES.values():
         found = verdict(mode, environ, image, gloo=False)
-        assert found == Verdict(PROCEED, False, f"not checked: {why}")
+        assert found == MpiVerdict(PROCEED, False, f"not checked: {why}")
 
 
 @pytest.mark.parametrize("launcher", ["prrte-5.0", "slurm-pmix1"])
 def test_horovod_on_gloo_alone_is_not_checked_whatever_launcher_set_the_rank_up(
     launcher: str,
 ) -> None:
-    """The plan says Gloo (launch/gloo.on_gloo); the HOROVOD_* variables are not read."""
+    """The plan says Gloo (launch/gloo.on_gloo_alone); the HOROVOD_* variables are not read."""
     for image in IMAGES.values():
         found = verdict(Mode.HOROVOD, LAUNCHERS[launcher], image, gloo=True)
-        assert found == Verdict(PROCEED, False, "not checked: Horovod runs on Gloo")
+        assert found == MpiVerdict(PROCEED, False, "not checked: Horovod runs on Gloo")
 
 
 def test_a_users_horovod_controller_gloo_alone_is_still_checked() -> None:
@@ -202,11 +202,11 @@ OWN = (
     "use the image's own mpirun inside one container (ctrain exec --no-launch IMAGE -- mpirun ...)"
 )
 CROSS = "(PMIx's cross-version support), but their shared-memory stores may not agree"
-VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
+VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, MpiVerdict]] = {
     "pmix2 server, pmix2 client": (
         LAUNCHERS["slurm-pmix2"],
         OMPI31,
-        Verdict(
+        MpiVerdict(
             PROCEED,
             True,
             "Slurm's PMIx server (srun --mpi=pmix_v2), PMIx release not given, and the image's "
@@ -216,7 +216,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "open mpi 3.1 both sides": (
         LAUNCHERS["orte-3.1"],
         OMPI31,
-        Verdict(
+        MpiVerdict(
             PROCEED,
             True,
             f"{ORTE_NAME} and the image's Open MPI 3.1.6: one major release; {ORTE_NAME}, PMIx "
@@ -227,7 +227,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "nothing known of the image": (
         LAUNCHERS["orte-4.1-pmix4"],
         IMAGES["unknown"],
-        Verdict(
+        MpiVerdict(
             PROCEED,
             False,
             "the image's Open MPI release is unknown: not checked; the image's PMIx release is "
@@ -237,7 +237,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "pmix series differ under srun": (
         LAUNCHERS["slurm-pmix3"],
         IMAGES["ctrain-debian12"],
-        Verdict(
+        MpiVerdict(
             WARN,
             True,
             "Slurm's PMIx server (srun --mpi=pmix_v3), PMIx 3.2.3, and the image's PMIx 4.2.2 are "
@@ -249,7 +249,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "pmix series differ under mpirun": (
         LAUNCHERS["orte-4.1-pmix3"],
         IMAGES["ctrain-debian12"],
-        Verdict(
+        MpiVerdict(
             WARN,
             True,
             f"{ORTE_NAME}, PMIx 3.2.3, and the image's PMIx 4.2.2 are different release series: "
@@ -261,7 +261,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "open mpi 5 image under orte": (
         LAUNCHERS["orte-4.1-pmix4"],
         IMAGES["ompi5-pmix5"],
-        Verdict(
+        MpiVerdict(
             REFUSE,
             True,
             f"{ORTE_NAME} cannot start the image's Open MPI 5.0.7: Open MPI does not mix major "
@@ -272,7 +272,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "pmix1 server, pmix2 client": (
         LAUNCHERS["slurm-pmix1"],
         OMPI31,
-        Verdict(
+        MpiVerdict(
             WARN,
             True,
             "Slurm's PMIx server (srun --mpi=pmix_v1), PMIx release not given, and the image's "
@@ -284,7 +284,7 @@ VERDICTS: dict[str, tuple[dict[str, str], ImageMpi, Verdict]] = {
     "open mpi 4 image under open mpi 3.1": (
         LAUNCHERS["orte-3.1"],
         IMAGES["ctrain-debian12"],
-        Verdict(
+        MpiVerdict(
             WARN,
             True,
             f"{ORTE_NAME} offers only PMIx 2 protocols (PMIX_SERVER_URI2, PMIX_SERVER_URI21), as "
@@ -312,10 +312,10 @@ def test_an_mpirun_without_pmix_is_not_taken_for_an_old_one() -> None:
     environ = {k: v for k, v in ORTE.items() if k != "OMPI_MCA_pmix"}
     launcher = launcher_of(environ)
     assert launcher == LauncherMpi("orte", ORTE_NAME, (), None)
-    assert check_openmpi(launcher, IMAGES["ctrain-debian12"]) == Verdict(
+    assert check_openmpi(launcher, IMAGES["ctrain-debian12"]) == MpiVerdict(
         PROCEED, True, f"{ORTE_NAME} and the image's Open MPI 4.1.4: one major release"
     )
-    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"], gloo=False) == Verdict(
+    assert verdict(Mode.HOROVOD, environ, IMAGES["ctrain-debian12"], gloo=False) == MpiVerdict(
         REFUSE,
         True,
         f"{ORTE_NAME} set up no PMIx server; the image's PMIx 4.2.2 client looks for "

@@ -13,7 +13,7 @@ import pytest
 
 from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
-from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, Verdict
+from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, MpiVerdict
 from ctrain.names import Mode
 from tests.helpers import run_ctrain
 from tests.unit.launch.mpi_launchers import LAUNCHERS
@@ -109,21 +109,21 @@ def test_an_unchecked_launch_reads_no_file(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(mpilibs, "image_mpi", never)
     found = mpilibs.check(Mode.MULTIWORKER, LAUNCHERS["slurm-pmix4"], gloo=False, skip=False)
-    assert found == Verdict(PROCEED, False, "not checked: mode multiworker does not use MPI")
+    assert found == MpiVerdict(PROCEED, False, "not checked: mode multiworker does not use MPI")
 
 
 def test_a_refusal_raises_on_every_rank_and_a_warning_prints_on_rank_0_only(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    refused = Verdict(REFUSE, True, "they cannot connect", "use srun --mpi=pmix_v4")
+    refused = MpiVerdict(REFUSE, True, "they cannot connect", "use srun --mpi=pmix_v4")
     for rank in (0, 1):
         with pytest.raises(LaunchError) as raised:
             mpilibs.enforce(refused, rank)
         assert (raised.value.message, raised.value.fix) == (refused.message, refused.fix)
         assert raised.value.exit_code == 4
-    warned = Verdict(WARN, True, "different series", "export PMIX_MCA_gds=hash")
+    warned = MpiVerdict(WARN, True, "different series", "export PMIX_MCA_gds=hash")
     mpilibs.enforce(warned, 1)
-    mpilibs.enforce(Verdict(PROCEED, True, "one series"), 0)
+    mpilibs.enforce(MpiVerdict(PROCEED, True, "one series"), 0)
     assert capsys.readouterr().err == ""
     mpilibs.enforce(warned, 0)
     line = "ctrain: warning: different series Fix: export PMIX_MCA_gds=hash\n"
@@ -148,7 +148,7 @@ def test_doctor_reports_this_sides_mpi_and_the_verdict(monkeypatch: pytest.Monke
 
 def test_doctor_as_a_rank_on_gloo_alone_does_not_check() -> None:
     """horovodrun --gloo's rank, and a rank of Hydra's (ctrain plans Gloo there): the same rule
-    as the launch's plan (launch/gloo.on_gloo)."""
+    as the launch's plan (launch/gloo.on_gloo_alone)."""
     record = {mpilibs.RECORD: "openmpi=4.1.4,pmix=4.2.2"}
     horovodrun_gloo = {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo"}
     hydra = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}

@@ -11,7 +11,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.keras import STARTUP_HOOK
 from ctrain.launch.peers import watches_peers
 from ctrain.launch.plan import LaunchOptions, make_plan
-from ctrain.launch.ports import PEER_WATCH_SLOT, PORT_BLOCK, RENDEZVOUS_SLOT, Window
+from ctrain.launch.ports import PEER_WATCH_SLOT, PORT_BLOCK, RENDEZVOUS_SLOT, PortWindow
 from ctrain.names import ENV_LAUNCH_PEER_WATCH, Mode
 from ctrain.util.shipped import shipped_dir
 from tests.unit.launch.environs import hydra, slurm_step
@@ -45,7 +45,7 @@ def test_only_horovod_ranks_srun_starts_with_pmi_watch_their_peers(
 
 
 def test_the_watch_and_the_rendezvous_take_the_last_ports_of_the_step_block() -> None:
-    window = Window(20000)
+    window = PortWindow(20000)
     block = window.block("91", "3")
     first = 20000 + block * PORT_BLOCK
     assert window.step_port("91", "3", RENDEZVOUS_SLOT) == first + PORT_BLOCK - 1
@@ -58,7 +58,7 @@ def test_every_rank_gets_rank_0s_node_and_port_and_the_start_up_hook() -> None:
         "PMIX_RANK": "1",
     }
     plan = make_plan(JobEnv.from_environ(env, "cn02"), LaunchOptions(mode="horovod"), env, ())
-    port = Window(20000).step_port("91", "3", PEER_WATCH_SLOT)
+    port = PortWindow(20000).step_port("91", "3", PEER_WATCH_SLOT)
     assert plan.env_set[ENV_LAUNCH_PEER_WATCH] == f"cn01:{port}"
     assert plan.env_set["PYTHONPATH"] == str(shipped_dir(STARTUP_HOOK))
     assert plan.ports == ()  # no rank but rank 0 listens

@@ -17,7 +17,7 @@ from ctrain.launch.plan import (
     pin_gpus,
     worker_hosts,
 )
-from ctrain.launch.ports import PORT_BLOCK, Ephemeral, Window, port_block, worker_ports
+from ctrain.launch.ports import PORT_BLOCK, Ephemeral, PortWindow, port_block, worker_ports
 from ctrain.names import Mode
 from tests.unit.launch.environs import slurm_step
 
@@ -72,12 +72,12 @@ def test_worker_hosts_block_and_cyclic() -> None:
 
 def test_ports_distinct_on_a_node_and_between_jobs() -> None:
     hosts = ("a", "a", "b", "b")
-    ports = worker_ports(hosts, Window(20000), port_block("100", "0"))
+    ports = worker_ports(hosts, PortWindow(20000), port_block("100", "0"))
     assert ports[0] != ports[1] and ports[2] != ports[3]
     assert all(20000 <= p < 32000 for p in ports)
-    other = worker_ports(hosts, Window(20000), port_block("101", "0"))
+    other = worker_ports(hosts, PortWindow(20000), port_block("101", "0"))
     assert not set(ports) & set(other)
-    next_step = worker_ports(hosts, Window(20000), port_block("100", "1"))
+    next_step = worker_ports(hosts, PortWindow(20000), port_block("100", "1"))
     assert not set(ports) & set(next_step)
 
 
@@ -88,7 +88,7 @@ def test_consecutive_jobs_never_share_ports() -> None:
 
 def test_too_many_ranks_per_node() -> None:
     with pytest.raises(LaunchError, match="per node"):
-        worker_ports(("a",) * (PORT_BLOCK + 1), Window(20000), 0)
+        worker_ports(("a",) * (PORT_BLOCK + 1), PortWindow(20000), 0)
 
 
 def test_multiworker_plan_for_every_rank() -> None:
@@ -236,10 +236,10 @@ def test_neighbouring_jobs_and_steps_get_distinct_port_blocks() -> None:
 )
 def test_no_port_above_65535(hosts: tuple[str, ...], base: int, block: int, highest: int) -> None:
     if highest <= 65535:
-        assert max(worker_ports(hosts, Window(base), block)) == highest
+        assert max(worker_ports(hosts, PortWindow(base), block)) == highest
     else:
         with pytest.raises(LaunchError, match=f"port {highest} is above 65535") as caught:
-            worker_ports(hosts, Window(base), block)
+            worker_ports(hosts, PortWindow(base), block)
         assert "CTRAIN_PORT_BASE" in caught.value.fix
 
 

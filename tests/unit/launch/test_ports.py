@@ -10,7 +10,7 @@ from ctrain.launch.ports import (
     PORT_BLOCK,
     PORT_SPAN,
     Ephemeral,
-    Window,
+    PortWindow,
     choose_window,
     port_block,
 )
@@ -47,17 +47,17 @@ def test_takes_counts_only_unreserved_ports_of_the_range() -> None:
 # base, chosen by the user, range -> the window, or the refusal's (why, fix)
 WINDOWS = [
     # Linux's default range: the default window is below it, as it always was.
-    (20000, False, LINUX, Window(20000)),
-    (20000, True, LINUX, Window(20000)),
-    (20000, False, None, Window(20000)),  # no range to read: kept
+    (20000, False, LINUX, PortWindow(20000)),
+    (20000, True, LINUX, PortWindow(20000)),
+    (20000, False, None, PortWindow(20000)),  # no range to read: kept
     # The site reserved the window's ports: the kernel never hands them out.
-    (20000, False, Ephemeral(9000, 65000, ((20000, 31999),)), Window(20000)),
+    (20000, False, Ephemeral(9000, 65000, ((20000, 31999),)), PortWindow(20000)),
     # Lowered over the window: moved above (below would be under 10000, where services listen).
     (
         20000,
         False,
         LOWERED,
-        Window(
+        PortWindow(
             65001,
             512,
             "ports 20000-31999 lie in this node's ephemeral port range 9000-65000 "
@@ -70,7 +70,7 @@ WINDOWS = [
         20000,
         False,
         Ephemeral(25000, 60999),
-        Window(
+        PortWindow(
             13000,
             PORT_SPAN // PORT_BLOCK * PORT_BLOCK,  # whole blocks
             "ports 20000-31999 lie in this node's ephemeral port range 25000-60999 "
@@ -89,7 +89,7 @@ WINDOWS = [
             "--port-base 65001 (CTRAIN_PORT_BASE): 512 ports above the range",
         ),
     ),
-    (65001, True, LOWERED, Window(65001)),
+    (65001, True, LOWERED, PortWindow(65001)),
     # No room on either side.
     (
         20000,
@@ -110,9 +110,9 @@ def test_the_window_keeps_clear_of_the_ephemeral_range(
     base: int,
     chosen: bool,
     ephemeral: Ephemeral | None,
-    want: Window | tuple[str, str],
+    want: PortWindow | tuple[str, str],
 ) -> None:
-    if isinstance(want, Window):
+    if isinstance(want, PortWindow):
         assert choose_window(base, chosen, ephemeral) == want
     else:
         assert refusal(lambda: choose_window(base, chosen, ephemeral)) == want
@@ -132,7 +132,7 @@ def test_every_block_of_a_moved_window_is_clear_of_the_range(ephemeral: Ephemera
 
 
 def test_the_block_of_the_default_window_is_as_before() -> None:
-    assert Window(20000).block("10", "3") == port_block("10", "3") == 73
+    assert PortWindow(20000).block("10", "3") == port_block("10", "3") == 73
 
 
 STEP = slurm_step(

@@ -16,7 +16,7 @@ from ctrain.names import (
     ENV_LAUNCH_PROFILE_TRACE,
     Mode,
 )
-from ctrain.profile_window import MAX_STEPS, Window, parse_window
+from ctrain.profile_window import MAX_STEPS, StepWindow, parse_window
 from ctrain.settings import parse_flag, resolve
 from ctrain.util.shipped import shipped_dir
 from tests.unit.launch.environs import slurm_step
@@ -25,14 +25,14 @@ from tests.unit.launch.environs import slurm_step
 @pytest.mark.parametrize(
     ("text", "window"),
     [
-        ("20-25", Window(20, 25)),
-        ("2", Window(2, 2)),
-        (" 7 - 9 ", Window(7, 9)),
-        ("5-5", Window(5, 5)),
-        (f"2-{MAX_STEPS + 1}", Window(2, MAX_STEPS + 1)),  # the longest window: 100 steps
+        ("20-25", StepWindow(20, 25)),
+        ("2", StepWindow(2, 2)),
+        (" 7 - 9 ", StepWindow(7, 9)),
+        ("5-5", StepWindow(5, 5)),
+        (f"2-{MAX_STEPS + 1}", StepWindow(2, MAX_STEPS + 1)),  # the longest window: 100 steps
     ],
 )
-def test_windows(text: str, window: Window) -> None:
+def test_windows(text: str, window: StepWindow) -> None:
     assert parse_window(text) == window
     assert str(window) == f"{window.first}-{window.last}"
 
@@ -166,7 +166,7 @@ def test_every_rank_of_a_run_names_it_alike(environ: dict[str, str], size: int, 
 
 
 def env_of(
-    window: Window,
+    window: StepWindow,
     ranks: str,
     directory: str,
     mode: Mode,
@@ -181,7 +181,7 @@ def env_of(
 
 def test_the_environment_of_a_rank() -> None:
     env = env_of(
-        Window(20, 25),
+        StepWindow(20, 25),
         "auto",
         "prof",
         Mode.HOROVOD,
@@ -197,13 +197,13 @@ def test_the_environment_of_a_rank() -> None:
         "HOROVOD_TIMELINE": "DYNAMIC",
     }
     middle = env_of(
-        Window(20, 25), "auto", "/abs", Mode.MULTIWORKER, 1, 4, {}, Process("/work", 1, 9)
+        StepWindow(20, 25), "auto", "/abs", Mode.MULTIWORKER, 1, 4, {}, Process("/work", 1, 9)
     )
     assert middle[ENV_LAUNCH_PROFILE_TRACE] == "0"
     assert middle[ENV_LAUNCH_PROFILE_RUN] == "/abs/ppid9"
     assert "HOROVOD_TIMELINE" not in middle
     theirs = env_of(
-        Window(2, 3),
+        StepWindow(2, 3),
         "all",
         "p",
         Mode.HOROVOD,
@@ -213,7 +213,7 @@ def test_the_environment_of_a_rank() -> None:
         Process("/w", 1, 1),
     )
     assert "HOROVOD_TIMELINE" not in theirs  # the user's own timeline runs; ctrain says so
-    alone = env_of(Window(2, 3), "auto", "p", Mode.SINGLE, 0, 1, {}, Process("/w", 4242, 1))
+    alone = env_of(StepWindow(2, 3), "auto", "p", Mode.SINGLE, 0, 1, {}, Process("/w", 4242, 1))
     assert alone[ENV_LAUNCH_PROFILE_RUN] == "/w/p/pid4242"  # a run of one: its own process
 
 

@@ -1,5 +1,5 @@
 """What a job does after a fault (slurm/faults.py): srun's reports of the step read back, the
-truth table of ``decide``, the budget, and the record of retries."""
+truth table of ``decide_after_check``, the budget, and the record of retries."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ctrain.slurm.faults import (
     Retries,
     Retry,
     TaskEnd,
-    decide,
+    decide_after_check,
     signal_name,
     summary,
     task_ends,
@@ -37,7 +37,13 @@ def verdict(
     first: TaskEnd | None = None,
     **facts: object,
 ) -> tuple[str, tuple[str, ...]]:
-    found = decide(job(**facts), bad=bad, reasons="why", exit_code=exit_code, first=first)  # type: ignore[arg-type]
+    found = decide_after_check(
+        job(**facts),  # type: ignore[arg-type]
+        bad=bad,
+        reasons="why",
+        exit_code=exit_code,
+        first=first,
+    )
     return found.action, found.exclude
 
 
@@ -80,7 +86,9 @@ def test_nodes_left_out_before_stay_out() -> None:
 def test_a_node_is_left_out_only_while_the_partition_keeps_enough() -> None:
     small = ("cn01", "cn02", "cn03", "cn04")
     assert verdict(("cn03",), None, retries=ONE_SPENT, partition=small) == ("requeue", ("cn02",))
-    found = decide(job(ONE_SPENT, partition=small), bad=("cn03",), reasons="r", exit_code=None)
+    found = decide_after_check(
+        job(ONE_SPENT, partition=small), bad=("cn03",), reasons="r", exit_code=None
+    )
     assert "would leave its partition fewer than 3 nodes" in found.say
     assert "requeueing the job on the nodes it may use" in found.say
     assert verdict(("cn03",), None, partition=()) == ("requeue", ("cn03",))  # not known
@@ -114,7 +122,7 @@ def test_every_node_failing_is_not_a_node_s_fault() -> None:
 
 
 def test_a_retry_is_recorded_with_its_run_and_reason() -> None:
-    found = decide(
+    found = decide_after_check(
         job(ONE_SPENT), bad=("cn01",), reasons="cn01: gpus: 4 given, nvidia-smi lists 3",
         exit_code=None,
     )  # fmt: skip
@@ -122,17 +130,17 @@ def test_a_retry_is_recorded_with_its_run_and_reason() -> None:
                                  "nvidia-smi lists 3")  # fmt: skip
     assert "requeueing the job without cn01 (fault retries used: 2 of 3)" in found.say
     assert found.line() == "requeue cn02,cn01"
-    killed = decide(job(), bad=(), reasons="", exit_code=143, first=KILLED)
+    killed = decide_after_check(job(), bad=(), reasons="", exit_code=143, first=KILLED)
     assert killed.record == Retry(
         1, ("cn03",), "cn03: task 2 was ended by a signal (Killed), the first to end"
     )
 
 
 def test_the_verdict_lines_the_job_script_reads() -> None:
-    assert decide(job(), bad=(), reasons="", exit_code=137).line() == "requeue"
-    assert decide(job(), bad=(), reasons="", exit_code=None).line() == "go"
-    assert decide(job(), bad=(), reasons="", exit_code=1).line() == "end 1"
-    raised = decide(job(), bad=(), reasons="", exit_code=143, first=RAISED)
+    assert decide_after_check(job(), bad=(), reasons="", exit_code=137).line() == "requeue"
+    assert decide_after_check(job(), bad=(), reasons="", exit_code=None).line() == "go"
+    assert decide_after_check(job(), bad=(), reasons="", exit_code=1).line() == "end 1"
+    raised = decide_after_check(job(), bad=(), reasons="", exit_code=143, first=RAISED)
     assert raised.line() == "end 1"  # the first failing rank's code, not srun's highest
 
 

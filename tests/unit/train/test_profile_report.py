@@ -13,7 +13,7 @@ import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from ctrain.names import Mode
-from ctrain.profile_window import Window
+from ctrain.profile_window import StepWindow
 from ctrain.train.breakdown import RankTime
 from ctrain.train.profiling import TIMELINE, Profiler
 from tests.unit.train.xspace import MS_PS, Event, add_environment, add_plane
@@ -52,7 +52,7 @@ def timeline(run: Path, offset: float, spans: list[tuple[float, float]]) -> None
 def shares_of(run: Path, mode: Mode, size: int) -> list[str]:
     """The table's shares and its bottleneck, as the chief prints them."""
     times = [RankTime(rank, "cn01", 5, 1.0) for rank in range(size)]
-    text = Profiler(Window(5, 9), run, 0, size, True, mode).report(times, 9)
+    text = Profiler(StepWindow(5, 9), run, 0, size, True, mode).report(times, 9)
     return text.splitlines()[2:]
 
 

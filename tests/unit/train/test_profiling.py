@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.names import Launched, Mode, Profiled
-from ctrain.profile_window import Window
+from ctrain.profile_window import StepWindow
 from ctrain.train.profiling import Profiler, Tools, from_environ
 from ctrain.train.steps import Steps
 
@@ -37,7 +37,7 @@ class Clock:
         return self.now
 
 
-def profiler(tmp_path: Path, window: Window, rank: int = 0, size: int = 1) -> Profiler:
+def profiler(tmp_path: Path, window: StepWindow, rank: int = 0, size: int = 1) -> Profiler:
     run = tmp_path / "run"
     return Profiler(
         window, run, rank, size, True, Mode.SINGLE, Recorder(run), Clock(), io.StringIO(), 0.3
@@ -51,7 +51,7 @@ def steps(p: Profiler, count: int) -> None:
 
 
 def test_the_window_switches_on_at_its_first_step_and_off_after_its_last(tmp_path: Path) -> None:
-    p = profiler(tmp_path, Window(3, 4))
+    p = profiler(tmp_path, StepWindow(3, 4))
     tools = p.tools
     assert isinstance(tools, Recorder)
     steps(p, 2)
@@ -75,7 +75,7 @@ def test_the_window_switches_on_at_its_first_step_and_off_after_its_last(tmp_pat
 
 
 def test_training_that_ends_before_the_window_says_so_on_the_chief(tmp_path: Path) -> None:
-    p = profiler(tmp_path, Window(20, 25))
+    p = profiler(tmp_path, StepWindow(20, 25))
     steps(p, 7)
     p.finish()
     out = p.out
@@ -87,7 +87,7 @@ def test_training_that_ends_before_the_window_says_so_on_the_chief(tmp_path: Pat
 
 
 def test_another_rank_says_nothing_and_writes_only_its_timing(tmp_path: Path) -> None:
-    p = profiler(tmp_path, Window(2, 2), rank=3, size=4)
+    p = profiler(tmp_path, StepWindow(2, 2), rank=3, size=4)
     steps(p, 3)
     p.finish()
     out = p.out
@@ -97,7 +97,7 @@ def test_another_rank_says_nothing_and_writes_only_its_timing(tmp_path: Path) ->
 
 
 def test_a_window_cut_short_is_closed_at_exit(tmp_path: Path) -> None:
-    p = profiler(tmp_path, Window(3, 10))
+    p = profiler(tmp_path, StepWindow(3, 10))
     steps(p, 5)
     p.finish()
     tools = p.tools
@@ -115,7 +115,7 @@ def test_no_profiler_without_the_launchs_variables() -> None:
     found = from_environ({**launched, **Profiled("4-6", "/p/run", False).to_env()})
     assert found is not None
     assert (found.window, found.run, found.rank, found.size, found.trace, found.mode) == (
-        Window(4, 6),
+        StepWindow(4, 6),
         Path("/p/run"),
         2,
         3,

@@ -28,7 +28,7 @@ from ctrain.images.record import (
     Action,
     Sidecar,
     TargetState,
-    decide,
+    decide_reuse,
     new_sidecar,
     read_sidecar,
 )
@@ -88,7 +88,7 @@ def squashfs_problem(header: bytes, file_size: int) -> str | None:
     return None
 
 
-def target_state(target: Path) -> TargetState:
+def squashfs_state(target: Path) -> TargetState:
     """What is at ``target``: nothing, or a file and what is wrong with it as a squashfs image."""
     try:
         with target.open("rb") as handle:
@@ -126,7 +126,9 @@ class EnrootStore(FileStore):
 
     def decision(self, plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
         sidecar = read_sidecar(plan.record)
-        action, reason = decide(sidecar, plan.ref, target_state(target), plan.owned, plan.force)
+        action, reason = decide_reuse(
+            sidecar, plan.ref, squashfs_state(target), plan.owned, plan.force
+        )
         return sidecar, action, reason
 
     def starting(self, plan: PullPlan, target: Path, reason: str) -> str:
@@ -151,7 +153,7 @@ class EnrootStore(FileStore):
             "($ENROOT_CONFIG_PATH/.credentials; ENROOT_ALLOW_HTTP=yes for an HTTP registry)",
             lambda line: None,  # its output only in the error message
         )
-        state = target_state(temp)
+        state = squashfs_state(temp)
         if state.problem or state.size is None:
             raise ExternalToolError(
                 f"enroot import wrote no whole squashfs image for {plan.ref}: "

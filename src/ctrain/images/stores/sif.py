@@ -23,10 +23,10 @@ from ctrain.images.record import (
     Action,
     Sidecar,
     archive_ref,
-    decide,
+    decide_reuse,
     new_sidecar,
     read_sidecar,
-    target_state,
+    sif_state,
 )
 from ctrain.images.sif_header import check_sif
 from ctrain.images.stores.base import (
@@ -95,8 +95,8 @@ class SifStore(FileStore):
 
     def decision(self, plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
         sidecar = read_sidecar(plan.record)
-        state = target_state(target)
-        action, reason = decide(sidecar, plan.ref, state, plan.owned, plan.force, plan.stamp)
+        state = sif_state(target)
+        action, reason = decide_reuse(sidecar, plan.ref, state, plan.owned, plan.force, plan.stamp)
         archive = archive_path(plan.ref)
         if action == "pull" and archive is not None and not archive.is_file():
             raise ConfigError(
