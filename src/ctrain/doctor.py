@@ -7,6 +7,7 @@ output lives in the ``parse_*`` functions, tested with captured output.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctrain import matrix
-from ctrain.checkline import Check
+from ctrain.checkline import STATUSES, Check, worst
 from ctrain.container import podman
 from ctrain.errors import CtrainError
 from ctrain.images import cachedir
@@ -34,12 +35,27 @@ PROBE_TIMEOUT = 120.0
 TOOL_TIMEOUT = 30.0
 INSTALL_FIX = "`make install`, or run inside the ctrain image"
 
-MATRIX = matrix.load()
-# The distributions whose versions the TensorFlow probe reports, to compare with the matrix.
-DISTS = ("tf-keras", "horovod", "keras", *sorted({n for r in MATRIX for n in r.cuda_wheels}))
-# The probes, each run in a child of this Python: TensorFlow's (with DISTS) and Horovod's.
-TF_PROBE = ("ctrain.train.tf_probe", *DISTS)
+# The probes, each run in a child of this Python: TensorFlow's (with probe_dists()) and Horovod's.
+TF_PROBE_MODULE = "ctrain.train.tf_probe"
 HOROVOD_PROBE = ("ctrain.train.horovod_probe",)
+
+
+@functools.cache
+def version_matrix() -> tuple[matrix.Row, ...]:
+    """The version matrix, read the first time a check needs it (not when this is imported)."""
+    return matrix.load()
+
+
+def probe_dists() -> tuple[str, ...]:
+    """The distributions whose versions the TensorFlow probe reports, to compare with the
+    matrix."""
+    wheels = sorted({n for r in version_matrix() for n in r.cuda_wheels})
+    return ("tf-keras", "horovod", "keras", *wheels)
+
+
+def tf_probe() -> tuple[str, ...]:
+    """The TensorFlow probe's module and arguments."""
+    return (TF_PROBE_MODULE, *probe_dists())
 
 
 def parse_version(text: str) -> str:
@@ -270,7 +286,7 @@ def _probe(name: str, module: Sequence[str], environ: Mapping[str, str]) -> dict
 
 
 def check_tensorflow(environ: Mapping[str, str], gpus: list[str] | None) -> Check:
-    info = _probe("tensorflow", TF_PROBE, environ)
+    info = _probe("tensorflow", tf_probe(), environ)
     if isinstance(info, Check):
         return info
     seen = len(info.get("gpus") or [])
@@ -278,9 +294,9 @@ def check_tensorflow(environ: Mapping[str, str], gpus: list[str] | None) -> Chec
     detail = f"{matrix.describe_install(info['version'], dists)}; {seen} GPU(s) seen"
     if "tf-keras" not in dists:
         return Check("tensorflow", "WARN", detail, "pip install tf-keras (or " + INSTALL_FIX + ")")
-    problem = matrix.off_matrix(MATRIX, info["version"], dists)
+    problem = matrix.off_matrix(version_matrix(), info["version"], dists)
     if problem:
-        fix = matrix.reinstall_fix(MATRIX, info["version"])
+        fix = matrix.reinstall_fix(version_matrix(), info["version"])
         return Check("tensorflow", "WARN", f"{detail}; {problem}", fix)
     if gpus and not seen:
         fix = "use the ctrain GPU image, or a TensorFlow built with CUDA matching the driver"
@@ -347,7 +363,7 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
         ("tmp", lambda: check_tmp(environ, settings)),
         ("slurm", lambda: check_slurm(environ)),
         ("gpus", lambda: check_gpus(gpus, environ)),
-        ("gpu-code", lambda: Check("gpu-code", *code_verdict(environ))),
+        ("gpu-code", lambda: code_verdict(environ)),
         ("cuda-libs", lambda: cudalibs.doctor_check(environ, bool(gpus))),
         ("tensorflow", lambda: check_tensorflow(environ, gpus)),
         ("horovod", lambda: check_horovod(environ, gpus)),
@@ -360,13 +376,13 @@ def run_checks(environ: Mapping[str, str], settings: Settings) -> list[Check]:
 
 
 def failed(results: Sequence[Check]) -> bool:
-    return any(result.status == "FAIL" for result in results)
+    return worst(result.status for result in results) == "FAIL"
 
 
 def render(results: Sequence[Check], as_json: bool) -> str:
     """One line per check (`` -> fix`` on WARN and FAIL), or JSON with a summary."""
     if as_json:
-        counts = {s: sum(r.status == s for r in results) for s in ("PASS", "WARN", "FAIL")}
+        counts: dict[str, int] = {s: sum(r.status == s for r in results) for s in STATUSES}
         summary = {**counts, "failed": failed(results)}
         return json.dumps({"checks": [asdict(r) for r in results], "summary": summary}, indent=2)
     lines = []

@@ -154,13 +154,13 @@ class Launched(NamedTuple):
             return None
         try:
             return cls(
-                Mode(environ[ENV_LAUNCH_MODE]),
-                int(environ[ENV_RANK]),
-                int(environ[ENV_WORLD_SIZE]),
-                int(environ[ENV_LOCAL_RANK]),
-                int(environ[ENV_LOCAL_SIZE]),
-                environ[ENV_LAUNCH_COLLECTIVE],
-                int(environ[ENV_LAUNCH_COLLECTIVE_TIMEOUT]),
+                mode=Mode(environ[ENV_LAUNCH_MODE]),
+                rank=int(environ[ENV_RANK]),
+                size=int(environ[ENV_WORLD_SIZE]),
+                local_rank=int(environ[ENV_LOCAL_RANK]),
+                local_size=int(environ[ENV_LOCAL_SIZE]),
+                collective=environ[ENV_LAUNCH_COLLECTIVE],
+                collective_timeout=int(environ[ENV_LAUNCH_COLLECTIVE_TIMEOUT]),
             )
         except (KeyError, ValueError) as exc:
             raise LaunchError(

@@ -33,17 +33,18 @@ FUSE_DEVICE = "/dev/fuse"
 class Planned:
     invocation: Invocation  # what is exec'd (planned again after a pending pull)
     image: resolve.ImageChoice  # the pull to run before it, if any
+    request: Request  # what was asked, the image as given: planned again from it after the pull
 
 
 def plan(
     action: Action,
+    *,
     image: str | None,
     command: tuple[str, ...],
     bind_flags: tuple[str, ...],
     env_pairs: tuple[str, ...],
     settings: Settings,
     environ: Mapping[str, str],
-    *,
     explain: bool = False,
 ) -> Planned:
     """The invocation these settings and arguments ask for, checked before anything runs;
@@ -71,6 +72,12 @@ def plan(
         fuse=os.access(FUSE_DEVICE, os.R_OK | os.W_OK),
         carried=carried_launcher(),
     )
+    return plan_request(request, settings, environ)
+
+
+def plan_request(request: Request, settings: Settings, environ: Mapping[str, str]) -> Planned:
+    """The invocation for ``request``: its runtime chosen, its image resolved (``images.resolve``),
+    its command line checked."""
     gpus = GpuEnv.from_environ(environ).visible
 
     def which(name: str) -> str | None:
@@ -78,17 +85,18 @@ def plan(
 
     runtime, program = choose_runtime(request.runtime, which)
     choice = resolve.choose(request.image, runtime.name, program, settings, environ)
+    resolved = request
     if choice.pull is None:  # else the file is not there yet: planned again after the pull
-        request = dataclasses.replace(request, image=choice.image)
+        resolved = dataclasses.replace(request, image=choice.image)
     invocation = plan_invocation(
-        request,
+        resolved,
         environ,
         which,
         gpus,
         settings.binds,
         version_of=lambda program: releases.installed_version(program, environ),
     )
-    return Planned(invocation, choice)
+    return Planned(invocation=invocation, image=choice, request=request)
 
 
 def carried_launcher() -> carry.Carried:
@@ -98,9 +106,7 @@ def carried_launcher() -> carry.Carried:
     return carry.of_modules(ctrain.__file__, deps)
 
 
-def _hold_overlay_lock(
-    invocation: Invocation, settings: Settings, environ: Mapping[str, str]
-) -> None:
+def _hold_overlay_lock(invocation: Invocation) -> None:
     """An overlay is locked as Apptainer locks it (read for ``:ro``, write for read-write), for
     the life of the container process (the fd survives the exec)."""
     overlay = invocation.spec.overlay
@@ -111,18 +117,28 @@ def _hold_overlay_lock(
     overlays.lock_overlay(Path(overlay.path), overlay.readonly)
 
 
+def pulled(
+    planned: Planned,
+    settings: Settings,
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+) -> Planned:
+    """``planned`` with its pending pull done, if it has one: the pull runs, then the request is
+    planned again (now on the pulled file, which the exec runs)."""
+    if planned.image.pull is None:
+        return planned
+    resolve.fetch(planned.image, environ, settings.min_free_gb, say)
+    return plan_request(planned.request, settings, environ)
+
+
 def run(
     planned: Planned,
-    again: Callable[[], Planned],
     settings: Settings,
     environ: Mapping[str, str],
     say: Callable[[str], None],
 ) -> NoReturn:
-    """Pull the image if the plan says so (then plan ``again``: the exec runs the pulled file),
-    take the overlay lock, then exec the invocation."""
-    if planned.image.pull is not None:
-        resolve.fetch(planned.image, environ, settings.min_free_gb, say)
-        planned = again()
-    invocation = planned.invocation
-    _hold_overlay_lock(invocation, settings, environ)
+    """Pull the image if the plan says so (``pulled``), take the overlay lock, then exec the
+    invocation."""
+    invocation = pulled(planned, settings, environ, say).invocation
+    _hold_overlay_lock(invocation)
     proc.exec_replace(invocation.argv, invocation.env)

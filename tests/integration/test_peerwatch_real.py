@@ -65,7 +65,15 @@ def ranks(parts: tuple[str, str], tmp_path: Path) -> Iterator[list[subprocess.Po
     for rank, part in enumerate(parts):
         env = {
             **os.environ,
-            **Launched(Mode.HOROVOD, rank, 2, rank, 2, "ring", 30).to_env(),
+            **Launched(
+                mode=Mode.HOROVOD,
+                rank=rank,
+                size=2,
+                local_rank=rank,
+                local_size=2,
+                collective="ring",
+                collective_timeout=30,
+            ).to_env(),
             ENV_LAUNCH_PEER_WATCH: address,
         }
         started.append(

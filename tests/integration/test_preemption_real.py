@@ -121,7 +121,15 @@ def test_the_multiworker_strategy_takes_sigterm_and_the_start_up_hook_gives_it_b
     """Without the hook, TensorFlow's handler (it only records the signal) holds SIGTERM after
     the strategy is made; with it, as ``ctrain launch`` gives every multiworker script, the
     default is back: a script that never calls ctrain ends on SIGTERM."""
-    launched = Launched(Mode.MULTIWORKER, 0, 1, 0, 1, "auto", 600).to_env()
+    launched = Launched(
+        mode=Mode.MULTIWORKER,
+        rank=0,
+        size=1,
+        local_rank=0,
+        local_size=1,
+        collective="auto",
+        collective_timeout=600,
+    ).to_env()
     path = [str(shipped_dir(STARTUP_HOOK))] if hooked else []
     env = clean_env(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=":".join([*path, SRC]), **launched)
     done = subprocess.run(

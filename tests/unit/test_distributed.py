@@ -23,13 +23,29 @@ class TwoReplicas:
 
 
 def placed(mode: Mode, rank: int = 0, size: int = 1) -> Launched:
-    return Launched(mode, rank, size, rank, size, "ring", 600)
+    return Launched(
+        mode=mode,
+        rank=rank,
+        size=size,
+        local_rank=rank,
+        local_size=size,
+        collective="ring",
+        collective_timeout=600,
+    )
 
 
 def test_without_ctrain_launch_the_plan_is_made_in_process(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "https_proxy": "http://p:1"}
     found = prepare_environ(env)
-    assert found == Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600)
+    assert found == Launched(
+        mode=Mode.SINGLE,
+        rank=0,
+        size=1,
+        local_rank=0,
+        local_size=1,
+        collective="ring",
+        collective_timeout=600,
+    )
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert "https_proxy" not in env
 
@@ -75,7 +91,7 @@ def test_profile_from_the_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     from ctrain.errors import ConfigError
     from ctrain.train import after_import, steps
 
-    monkeypatch.setattr(steps, "_armed", [])
+    monkeypatch.setattr(steps, "HOOKS", steps.Hooks())
     monkeypatch.setattr("sys.meta_path", list(__import__("sys").meta_path))
     monkeypatch.setattr("atexit.register", lambda *args: None)
     monkeypatch.chdir(tmp_path)

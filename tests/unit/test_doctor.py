@@ -125,7 +125,7 @@ class FakeRunner:
             key = "probe:cuda-libs"
         elif argv[0] == sys.executable:
             module = tuple(argv[2:])
-            key = "probe:tensorflow" if module == doctor.TF_PROBE else "probe:horovod"
+            key = "probe:tensorflow" if module == doctor.tf_probe() else "probe:horovod"
         else:
             key = " ".join([Path(argv[0]).name, *argv[1:]])
         code, out, err = self.answers.get(key, (127, "", f"{key}: not faked"))
@@ -306,7 +306,7 @@ def test_tensorflow_probe_runs_in_a_child(monkeypatch: pytest.MonkeyPatch) -> No
         "tensorflow", "PASS", "2.18.1, tf_keras 2.18.0, horovod 0.28.1; 0 GPU(s) seen"
     )
     argv, env = runner_.calls[-1]
-    assert argv == [sys.executable, "-m", "ctrain.train.tf_probe", *doctor.DISTS]
+    assert argv == [sys.executable, "-m", "ctrain.train.tf_probe", *doctor.probe_dists()]
     assert env["PATH"] == "/bin"
     assert env["TF_USE_LEGACY_KERAS"] == "1"
 
@@ -367,9 +367,10 @@ def test_the_versions_are_compared_with_the_matrix(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_probe_asks_for_every_version_the_matrix_pins() -> None:
-    wanted = {"tf-keras", "horovod"} | {n for row in doctor.MATRIX for n in row.cuda_wheels}
-    assert wanted <= set(doctor.DISTS)
-    assert set(doctor.TF_PROBE[1:]) == set(doctor.DISTS)
+    rows = doctor.version_matrix()
+    wanted = {"tf-keras", "horovod"} | {n for row in rows for n in row.cuda_wheels}
+    assert wanted <= set(doctor.probe_dists())
+    assert set(doctor.tf_probe()[1:]) == set(doctor.probe_dists())
 
 
 def test_horovod(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -548,3 +549,21 @@ def test_slurm_reports_pyxis_and_enroot(monkeypatch: pytest.MonkeyPatch) -> None
     assert check.detail.endswith("; pyxis loaded, enroot 4.1.2 (/usr/bin/enroot)")
     runner_.answers["enroot version"] = (1, "", "enroot: broken\n")
     assert "pyxis loaded, no enroot (" in doctor.check_slurm({}).detail
+
+
+def test_the_matrix_is_read_when_a_check_needs_it_not_at_import() -> None:
+    """``ctrain --help`` (and importing the doctor) reads no version matrix."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from ctrain import matrix\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise SystemExit('the matrix was read')\n"
+        "matrix.load = refuse\n"
+        "import ctrain.doctor\n"
+        "from ctrain.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -26,7 +26,15 @@ from ctrain.settings_table import SETTINGS
 from tests.helpers import REPO
 
 TEMPLATES = REPO / "jobs"
-LAUNCHED = Launched(Mode.MULTIWORKER, 3, 4, 1, 2, "nccl", 90)
+LAUNCHED = Launched(
+    mode=Mode.MULTIWORKER,
+    rank=3,
+    size=4,
+    local_rank=1,
+    local_size=2,
+    collective="nccl",
+    collective_timeout=90,
+)
 
 
 def test_launch_variables_round_trip() -> None:
@@ -67,7 +75,15 @@ def test_a_nested_launch_reads_the_settings_not_the_outer_decisions(tmp_path: Pa
     inner_environ = {**child_environ({}, outer), "HOME": str(tmp_path)}
     inner = resolve({}, inner_environ, tmp_path)
     assert inner.collective == "auto" and inner.mode == "auto"
-    assert Launched.from_env(inner_environ) == Launched(Mode.SINGLE, 0, 1, 0, 1, "nccl", 600)
+    assert Launched.from_env(inner_environ) == Launched(
+        mode=Mode.SINGLE,
+        rank=0,
+        size=1,
+        local_rank=0,
+        local_size=1,
+        collective="nccl",
+        collective_timeout=600,
+    )
 
 
 def test_the_launch_guide_names_every_launch_variable() -> None:

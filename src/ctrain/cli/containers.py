@@ -61,12 +61,16 @@ def _run(
     )
     explain = bool(flags.get("explain"))
 
-    def plan() -> planner.Planned:
-        return planner.plan(
-            action, image, command, bind_flags, env_pairs, settings, os.environ, explain=explain
-        )
-
-    planned = plan()
+    planned = planner.plan(
+        action,
+        image=image,
+        command=command,
+        bind_flags=bind_flags,
+        env_pairs=env_pairs,
+        settings=settings,
+        environ=os.environ,
+        explain=explain,
+    )
     invocation = planned.invocation
     if settings.dry_run:
         reveal = settings.show_secrets
@@ -81,9 +85,7 @@ def _run(
         for key, value in sorted(planned.image.pull_env().items()):
             click.echo(f"  pull env {key}={shlex.quote(value if reveal else masked(key, value))}")
         return
-    planner.run(
-        planned, plan, settings, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True)
-    )
+    planner.run(planned, settings, os.environ, lambda line: click.echo(f"ctrain: {line}", err=True))
 
 
 @click.command("exec", cls=DashDashCommand)

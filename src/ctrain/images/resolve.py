@@ -17,9 +17,10 @@ pull machinery) and the squashfs file is returned, so the nodes of a step do not
 local file, or enroot's own ``REGISTRY#REPO:TAG`` (imported by pyxis on each node), is returned in
 enroot's form (ctrain.references).
 
-Pure: ``decide_image`` (the decision table) and ``ranks``. ``choose`` reads the record and the
-file's header; ``fetch`` runs the pull. The pull machinery (images.pull, cachedir, the stores) is
-imported only where an image may be pulled, so an exec of a local file does not load it.
+Pure: ``decide_image`` (the decision table; its first row, ``runs_from_cache``, is asked alone
+too) and ``ranks``. ``choose`` reads the record and the file's header; ``fetch`` runs the pull.
+The pull machinery (images.pull, cachedir, the stores) is imported only where an image may be
+pulled, so an exec of a local file does not load it.
 """
 
 from __future__ import annotations
@@ -43,11 +44,18 @@ if TYPE_CHECKING:
 Decision = Literal["as given", "pulled", "pull", "refuse"]
 
 
+def runs_from_cache(runtime: str, remote: bool) -> bool:
+    """Whether ``runtime`` runs the image from a file ctrain's pull writes in the cache: a remote
+    image on a cached runtime. The first row of ``decide_image``, asked on its own before the
+    record and the ranks are looked at."""
+    return runtime in CACHED_RUNTIMES and remote
+
+
 def decide_image(runtime: str, remote: bool, recorded: bool, ranks: int) -> Decision:
     """What to run for an image: ``as given`` (a local file; docker, podman, host), ``pulled``
     (the local file ctrain's pull recorded), ``pull`` (pull it now, then run the file), or
     ``refuse`` (not pulled, and several ranks would each pull it at once)."""
-    if runtime not in CACHED_RUNTIMES or not remote:
+    if not runs_from_cache(runtime, remote):
         return "as given"
     if recorded:
         return "pulled"
@@ -110,9 +118,9 @@ def choose(
     if runtime == PYXIS and not remote:  # a file, or one pyxis imports on each node
         from ctrain.references import enroot_image
 
-        return ImageChoice(enroot_image(image, os.getcwd()))
-    if decide_image(runtime, remote, False, 1) == "as given":
-        return ImageChoice(image)
+        return ImageChoice(image=enroot_image(image, os.getcwd()))
+    if not runs_from_cache(runtime, remote):
+        return ImageChoice(image=image)
     from ctrain.images import cachedir, pull
     from ctrain.images.stores.base import PullAsk
 
@@ -128,8 +136,13 @@ def choose(
             "submit with ctrain's job scripts, which resolve it in the batch step",
         )
     if decision == "pulled":
-        return ImageChoice(str(plan.target), None, cache)
-    return ImageChoice(str(plan.target), plan, cache, cachedir.build_tmpdir(settings, environ))
+        return ImageChoice(image=str(plan.target), cache=cache)
+    return ImageChoice(
+        image=str(plan.target),
+        pull=plan,
+        cache=cache,
+        tmpdir=cachedir.build_tmpdir(settings, environ),
+    )
 
 
 def fetch(

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import HOROVODRUN_GLOO, JobEnv
 from ctrain.launch.modes import Placement
+from ctrain.launch.ports import refuse_above_highest
 from ctrain.names import Mode
 
 GLOO_LAUNCHERS = frozenset({"hydra", "pals", "flux"})
@@ -75,8 +76,7 @@ def plan_rendezvous(job: JobEnv, place: Placement, port: int) -> Rendezvous:
     """The rendezvous at ``port`` on the first node, which holds rank 0 (Hydra, PALS and Flux
     hand ranks to their per-node processes in node order)."""
     hosts, node = _nodes(job, place)
-    if port > 65535:
-        raise LaunchError(f"port {port} is above 65535", "lower CTRAIN_PORT_BASE")
+    refuse_above_highest(port)
     return Rendezvous(hosts[0], port, hosts, place.local_size, node)
 
 

@@ -12,10 +12,14 @@ runs a process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
-from ctrain.checkline import Status
+from ctrain.checkline import Check, Status, rank
 from ctrain.matrix import GpuCode
+
+# The name of the check line ``judge`` returns (``ctrain doctor``'s gpu-code line).
+NAME = "gpu-code"
 
 # nvidia-smi's arguments for the answer ``parse_query`` reads; compute_cap needs a driver >= 510.
 QUERY = ("--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader")
@@ -60,26 +64,21 @@ def version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class GpuCodeVerdict(NamedTuple):
-    """Whether TensorFlow's GPU code runs on this node's GPUs and driver."""
-
-    status: Status
-    detail: str
-    fix: str = ""
+def _verdict(status: Status, detail: str, fix: str = "") -> Check:
+    """Whether TensorFlow's GPU code runs on this node's GPUs and driver: the gpu-code line."""
+    return Check(NAME, status, detail, fix)
 
 
-def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode) -> GpuCodeVerdict:
+def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode) -> Check:
     """One kind of GPU against TensorFlow ``tf``'s code."""
     cc = version(capability)
     said = f"{name} (compute capability {capability})"
     native = [s for s in code.sass if version(s)[0] == cc[0] and version(s) <= cc]
     if native:
-        return GpuCodeVerdict(
-            "PASS", f"{said}: sm_{native[-1].replace('.', '')} code in TensorFlow {tf}"
-        )
+        return _verdict("PASS", f"{said}: sm_{native[-1].replace('.', '')} code in TensorFlow {tf}")
     holds = f"its wheel holds code for {', '.join(code.sass)} and PTX for {code.ptx}"
     if cc > version(code.newest):
-        return GpuCodeVerdict(
+        return _verdict(
             "FAIL",
             f"{said}: TensorFlow {tf} has no code for it ({holds}; users report it failing "
             f"on anything newer than {code.newest})",
@@ -87,19 +86,19 @@ def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode
             + (f", such as NVIDIA's {BLACKWELL_IMAGE}" if cc[0] in (10, 12) else ""),
         )
     if cc < version(code.ptx):
-        return GpuCodeVerdict(
+        return _verdict(
             "FAIL",
             f"{said}: TensorFlow {tf} has no code for it ({holds})",
             f"use GPUs of compute capability {code.sass[0]} or newer, or an older TensorFlow",
         )
     if version(driver) < version(code.driver):
-        return GpuCodeVerdict(
+        return _verdict(
             "FAIL",
             f"{said}: TensorFlow {tf} runs on it only through the JIT of its PTX for {code.ptx}, "
             f"which needs driver >= {code.driver} (CUDA {code.cuda}); this node has {driver}",
             f"ask the site for driver >= {code.driver}, or use GPUs with code in the wheel",
         )
-    return GpuCodeVerdict(
+    return _verdict(
         "WARN",
         f"{said}: TensorFlow {tf} runs on it through the JIT of its PTX for {code.ptx}: the "
         "first run compiles every kernel (minutes)",
@@ -107,34 +106,32 @@ def _gpu_verdict(name: str, capability: str, driver: str, tf: str, code: GpuCode
     )
 
 
-def judge(gpus: Sequence[GpuAnswer], tf: str | None, code: GpuCode | None) -> GpuCodeVerdict:
+def judge(gpus: Sequence[GpuAnswer], tf: str | None, code: GpuCode | None) -> Check:
     """Every GPU of the node (each kind once) and the driver, against TensorFlow ``tf``."""
     if not gpus:
-        return GpuCodeVerdict("PASS", "no GPU: nothing to check")
+        return _verdict("PASS", "no GPU: nothing to check")
     driver = gpus[0].driver
     if version(driver) < version(code.cuda12_driver if code else "525.60.13"):
         floor = code.cuda12_driver if code else "525.60.13"
-        return GpuCodeVerdict(
+        return _verdict(
             "FAIL",
             f"driver {driver} is older than CUDA 12 code needs (>= {floor})",
             f"ask the site for driver >= {floor}, or use an image built for this driver's CUDA",
         )
     if tf is None or code is None:
         named = "no TensorFlow" if tf is None else f"TensorFlow {tf}, not in ctrain's matrix"
-        return GpuCodeVerdict("WARN", f"driver {driver}; {named}: its GPU code is not known here")
+        return _verdict("WARN", f"driver {driver}; {named}: its GPU code is not known here")
     kinds = dict.fromkeys((gpu.name, gpu.capability) for gpu in gpus)
     verdicts = []
     for name, capability in kinds:
         if capability is None:
             verdicts.append(
-                GpuCodeVerdict(
-                    "WARN", f"{name}: compute capability not reported (driver before 510)"
-                )
+                _verdict("WARN", f"{name}: compute capability not reported (driver before 510)")
             )
         else:
             verdicts.append(_gpu_verdict(name, capability, driver, tf, code))
-    worst = next((v for s in ("FAIL", "WARN") for v in verdicts if v.status == s), verdicts[0])
+    worst = max(verdicts, key=lambda v: rank(v.status))  # the first of the worst
     full = version(driver) >= version(code.driver)
     how = "in full" if full else "by minor-version compatibility"
     count = f"{len(gpus)} GPU(s): " if len(gpus) > 1 else ""
-    return worst._replace(detail=f"{count}{worst.detail}; driver {driver} (CUDA {code.cuda} {how})")
+    return replace(worst, detail=f"{count}{worst.detail}; driver {driver} (CUDA {code.cuda} {how})")

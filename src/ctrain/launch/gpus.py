@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ctrain import matrix
-from ctrain.launch.gpucode import QUERY, QUERY_OLD, GpuAnswer, GpuCodeVerdict, judge, parse_query
+from ctrain.checkline import Check
+from ctrain.launch.gpucode import QUERY, QUERY_OLD, GpuAnswer, judge, parse_query
 from ctrain.launch.jobenv import JobEnv
 from ctrain.util import proc
 
@@ -71,7 +72,7 @@ def installed_tensorflow() -> tuple[str | None, matrix.GpuCode | None]:
     return None, None
 
 
-def code_verdict(environ: Mapping[str, str]) -> GpuCodeVerdict:
+def code_verdict(environ: Mapping[str, str]) -> Check:
     """This node's GPUs and driver against this Python's TensorFlow (nothing to check without
     nvidia-smi: ``ctrain doctor``'s gpus line says so)."""
     return judge(query_gpus(environ) or (), *installed_tensorflow())

@@ -20,10 +20,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from ctrain.checkline import Status, rank, warning_line
 from ctrain.names import Mode
 
 PROCEED, WARN, REFUSE = "proceed", "warn", "refuse"
-_SEVERITY = {PROCEED: 0, WARN: 1, REFUSE: 2}
+# Each verdict's check-line status, which orders them (checkline.rank).
+CHECK_STATUS: dict[str, Status] = {PROCEED: "PASS", WARN: "WARN", REFUSE: "FAIL"}
 _URI = re.compile(r"PMIX_SERVER_URI(\d*)")
 GLOO = "start the ranks with horovodrun --gloo: Horovod on Gloo needs no MPI"
 OWN_MPIRUN = (
@@ -61,7 +63,7 @@ class MpiVerdict(NamedTuple):
 
     def line(self) -> str:
         """The one line a warning prints on stderr."""
-        return f"ctrain: warning: {self.message}" + (f" Fix: {self.fix}" if self.fix else "")
+        return warning_line(self.message, self.fix)
 
 
 def release(text: str | None) -> tuple[int, int] | None:
@@ -208,7 +210,7 @@ def verdict(mode: Mode, environ: Mapping[str, str], image: ImageMpi, *, gloo: bo
     findings = [check_pmix(launcher, image)]
     if launcher.family in ("orte", "prrte"):
         findings.insert(0, check_openmpi(launcher, image))  # shown first at equal severity
-    worst = max(findings, key=lambda v: (_SEVERITY[v.status], v.checked))
+    worst = max(findings, key=lambda v: (rank(CHECK_STATUS[v.status]), v.checked))
     if worst.status != PROCEED:
         return worst
     checked = [v for v in findings if v.checked]

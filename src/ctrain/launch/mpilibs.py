@@ -17,11 +17,20 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ctrain.checkline import Check, Status
+from ctrain.checkline import Check
 from ctrain.errors import LaunchError
 from ctrain.launch.gloo import on_gloo_alone
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, MpiVerdict, unchecked, verdict
+from ctrain.launch.mpicheck import (
+    CHECK_STATUS,
+    PROCEED,
+    REFUSE,
+    WARN,
+    ImageMpi,
+    MpiVerdict,
+    unchecked,
+    verdict,
+)
 from ctrain.names import Mode
 
 RECORD = "CTRAIN_IMAGE_MPI"
@@ -131,9 +140,6 @@ def enforce(found: MpiVerdict, rank: int) -> None:
         print(found.line(), file=sys.stderr, flush=True)
 
 
-_DOCTOR_STATUS: dict[str, Status] = {PROCEED: "PASS", WARN: "WARN", REFUSE: "FAIL"}
-
-
 def doctor_check(environ: Mapping[str, str]) -> Check:
     """``ctrain doctor``'s mpi-match line, as a Horovod rank here."""
     image = image_mpi(environ)
@@ -142,4 +148,4 @@ def doctor_check(environ: Mapping[str, str]) -> Check:
     gloo = on_gloo_alone(Mode.HOROVOD, job, job.mpi.size or 1)
     said = verdict(Mode.HOROVOD, environ, image, gloo=gloo)
     detail = said.message if said.checked else f"{here}; {said.message}"
-    return Check("mpi-match", _DOCTOR_STATUS[said.status], detail, said.fix)
+    return Check("mpi-match", CHECK_STATUS[said.status], detail, said.fix)

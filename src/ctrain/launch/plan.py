@@ -193,48 +193,54 @@ def _no_proxy(environ: Mapping[str, str], hosts: tuple[str, ...]) -> str:
     return ",".join(entries)
 
 
+class Rank(NamedTuple):
+    """What describes this rank, for its environment (``_environment``)."""
+
+    mode: Mode
+    place: Placement
+    gpus: tuple[str, ...] | None  # CUDA_VISIBLE_DEVICES; None: not pinned (none were visible)
+    collective: str
+    tf_config: dict[str, Any] | None
+    hosts: tuple[str, ...]  # the job's nodes, kept off the proxies
+    tuned: tuple[Tuned, ...]
+    script_imports_keras: bool
+    watch: str | None  # the peer-loss watch's HOST:PORT (launch/peers.py)
+
+
 def _environment(
-    environ: Mapping[str, str],
-    options: LaunchOptions,
-    mode: Mode,
-    place: Placement,
-    gpus: tuple[str, ...] | None,
-    collective: str,
-    tf_config: dict[str, Any] | None,
-    hosts: tuple[str, ...],
-    tuned: tuple[Tuned, ...],
-    script_imports_keras: bool,
-    watch: str | None,
+    environ: Mapping[str, str], options: LaunchOptions, rank: Rank
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     env = {key: value for key, value in DEFAULTS.items() if key not in environ}
-    hook = options.profile is not None or watch is not None
-    env.update(keras_environment(environ, options.keras, script_imports_keras, hook, mode))
+    hook = options.profile is not None or rank.watch is not None
+    env.update(
+        keras_environment(environ, options.keras, rank.script_imports_keras, hook, rank.mode)
+    )
     launched = Launched(
-        mode,
-        place.rank,
-        place.size,
-        place.local_rank,
-        place.local_size,
-        collective,
-        options.collective_timeout,
+        mode=rank.mode,
+        rank=rank.place.rank,
+        size=rank.place.size,
+        local_rank=rank.place.local_rank,
+        local_size=rank.place.local_size,
+        collective=rank.collective,
+        collective_timeout=options.collective_timeout,
     )
     env.update(launched.to_env())
-    if watch is not None:
-        env[ENV_LAUNCH_PEER_WATCH] = watch
-    if gpus is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    if tf_config is not None:
+    if rank.watch is not None:
+        env[ENV_LAUNCH_PEER_WATCH] = rank.watch
+    if rank.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(rank.gpus)
+    if rank.tf_config is not None:
         import json  # only multiworker needs it; `launch --explain` starts at Click's speed
 
-        env["TF_CONFIG"] = json.dumps(tf_config, separators=(",", ":"))
-    if mode is Mode.HOROVOD and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in environ:
+        env["TF_CONFIG"] = json.dumps(rank.tf_config, separators=(",", ":"))
+    if rank.mode is Mode.HOROVOD and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in environ:
         env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(options.collective_timeout)
-    env.update(to_set(tuned))
+    env.update(to_set(rank.tuned))
     cuda_home = environ.get("CUDA_HOME") or environ.get("CUDA_PATH")
     xla = environ.get("XLA_FLAGS", "")
     if cuda_home and "xla_gpu_cuda_data_dir" not in xla:
         env["XLA_FLAGS"] = f"{xla} --xla_gpu_cuda_data_dir={cuda_home}".strip()
-    env["no_proxy"] = env["NO_PROXY"] = _no_proxy(environ, hosts)
+    env["no_proxy"] = env["NO_PROXY"] = _no_proxy(environ, rank.hosts)
     env["no_grpc_proxy"] = env["NO_GRPC_PROXY"] = env["no_proxy"]
     unset: tuple[str, ...] = ()
     if not options.keep_proxies:
@@ -345,33 +351,40 @@ def make_plan(
     )
     gpus = pin_gpus(mode, visible_gpus, place.local_rank, place.local_size)
     collective = options.collective if options.collective != AUTO else "nccl" if gpus else "ring"
-    pinned = gpus if visible_gpus else None
     tuned = tune(
         environ, options.tune, mode, place.local_size, job.slurm.cpus_per_task, cpus, len(gpus)
     )
-    env_set, env_unset = _environment(
-        environ, options, mode, place, pinned, collective, tf_config, job.slurm.nodes, tuned,
-        script_imports_keras, watch,
-    )  # fmt: skip
+    rank = Rank(
+        mode=mode,
+        place=place,
+        gpus=gpus if visible_gpus else None,
+        collective=collective,
+        tf_config=tf_config,
+        hosts=job.slurm.nodes,
+        tuned=tuned,
+        script_imports_keras=script_imports_keras,
+        watch=watch,
+    )
+    env_set, env_unset = _environment(environ, options, rank)
     if rendezvous is not None:
         env_set.update(horovod_environment(rendezvous, place))
     if options.profile is not None:
         env_set.update(_profile(options, mode, place, environ, process))
     return Plan(
-        mode,
-        place,
-        job.slurm.nodes,
-        ports,
-        gpus,
-        collective,
-        options.collective_timeout,
-        tf_config,
-        env_set,
-        env_unset,
-        tuned,
-        rendezvous,
-        window,
-        on_gloo_alone(mode, job, place.size),
+        mode=mode,
+        place=place,
+        hosts=job.slurm.nodes,
+        ports=ports,
+        gpus=gpus,
+        collective=collective,
+        collective_timeout=options.collective_timeout,
+        tf_config=tf_config,
+        env_set=env_set,
+        env_unset=env_unset,
+        tuned=tuned,
+        rendezvous=rendezvous,
+        port_window=window,
+        gloo=on_gloo_alone(mode, job, place.size),
     )
 
 

@@ -162,6 +162,12 @@ def worker_ports(hosts: tuple[str, ...], window: PortWindow, block: int) -> tupl
                 "use fewer tasks per node",
             )
         by_rank.append(window.base + block * PORT_BLOCK + index)
-    if by_rank and max(by_rank) > HIGHEST:
-        raise LaunchError(f"port {max(by_rank)} is above 65535", "lower CTRAIN_PORT_BASE")
+    if by_rank:
+        refuse_above_highest(max(by_rank))
     return tuple(by_rank)
+
+
+def refuse_above_highest(port: int) -> None:
+    """A LaunchError when ``port`` is above HIGHEST, the last TCP port."""
+    if port > HIGHEST:
+        raise LaunchError(f"port {port} is above {HIGHEST}", "lower CTRAIN_PORT_BASE")

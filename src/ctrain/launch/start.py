@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from ctrain.checkline import warning_line
 from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
@@ -210,7 +211,7 @@ def _warn_gpu_code(environ: Mapping[str, str]) -> None:
     GPU code is not known)."""
     verdict = code_verdict(environ)
     if verdict.status != "PASS" and verdict.fix:
-        print(f"ctrain: warning: {verdict.detail} Fix: {verdict.fix}", file=sys.stderr, flush=True)
+        print(warning_line(verdict.detail, verdict.fix), file=sys.stderr, flush=True)
 
 
 def restore_stop_signals() -> list[str]:

@@ -195,6 +195,14 @@ def from_environ(environ: Mapping[str, str]) -> Profiler | None:
     decided = Profiled.from_env(environ)
     if decided is None:
         return None
-    launched = Launched.from_env(environ) or Launched(Mode.SINGLE, 0, 1, 0, 1, "", 0)
+    launched = Launched.from_env(environ) or Launched(
+        mode=Mode.SINGLE,
+        rank=0,
+        size=1,
+        local_rank=0,
+        local_size=1,
+        collective="",
+        collective_timeout=0,
+    )
     window, run = parse_window(decided.steps), Path(decided.run)
     return Profiler(window, run, launched.rank, launched.size, decided.trace, launched.mode)

@@ -124,28 +124,47 @@ def _wrap_optimizer(steps: Steps, class_name: str) -> Callable[[ModuleType], Non
     return apply
 
 
-_armed: list[Steps] = []  # the one Steps of this process, once armed
+class Hooks:
+    """The step hooks of this process, armed once (by the start-up hook, ``ctrain.distributed``
+    or ``ctx.profile``): HOOKS."""
+
+    def __init__(self) -> None:
+        self.steps: Steps | None = None
+
+    def armed(self) -> Steps | None:
+        return self.steps
+
+    def arm(self, profiler: Profiler) -> Steps:
+        """Count the steps of this process for ``profiler`` from now on (and close its window
+        when the process ends). Armed once: a second call gives the first Steps."""
+        if self.steps is not None:
+            return self.steps
+        steps = self.steps = Steps(profiler)
+        when_imported(FUNCTION, _wrap_function(steps))
+        for module, class_name in OPTIMIZERS.items():
+            when_imported(module, _wrap_optimizer(steps, class_name))
+        atexit.register(profiler.finish)
+        return steps
+
+    def arm_from(self, environ: Mapping[str, str]) -> Steps | None:
+        """Arm the step hooks if ``ctrain launch --profile`` asked for them in this process."""
+        profiler = from_environ(environ)
+        return self.arm(profiler) if profiler is not None else self.armed()
+
+
+HOOKS = Hooks()  # the one of this process
 
 
 def armed() -> Steps | None:
-    return _armed[0] if _armed else None
+    """HOOKS' Steps, once armed."""
+    return HOOKS.armed()
 
 
 def arm(profiler: Profiler) -> Steps:
-    """Count the steps of this process for ``profiler`` from now on (and close its window
-    when the process ends). Armed once: a second call gives the first Steps."""
-    if _armed:
-        return _armed[0]
-    steps = Steps(profiler)
-    _armed.append(steps)
-    when_imported(FUNCTION, _wrap_function(steps))
-    for module, class_name in OPTIMIZERS.items():
-        when_imported(module, _wrap_optimizer(steps, class_name))
-    atexit.register(profiler.finish)
-    return steps
+    """HOOKS.arm: count this process's steps for ``profiler``."""
+    return HOOKS.arm(profiler)
 
 
 def arm_from(environ: Mapping[str, str]) -> Steps | None:
-    """Arm the step hooks if ``ctrain launch --profile`` asked for them in this process."""
-    profiler = from_environ(environ)
-    return arm(profiler) if profiler is not None else armed()
+    """HOOKS.arm_from: arm where ``ctrain launch --profile`` asked for it."""
+    return HOOKS.arm_from(environ)

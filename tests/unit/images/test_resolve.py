@@ -36,6 +36,7 @@ def test_decision_table(runtime: str, remote: bool, recorded: bool, ranks: int) 
         assert got == "pulled"  # whatever the ranks: the file is there, no network
     else:
         assert got == ("pull" if ranks == 1 else "refuse")
+    assert resolve.runs_from_cache(runtime, remote) == (got != "as given")  # its first row
 
 
 STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1"}

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from ctrain import matrix
-from ctrain.launch.gpucode import BLACKWELL_IMAGE, GpuAnswer, judge, parse_query, version
+from ctrain.checkline import Check
+from ctrain.launch.gpucode import BLACKWELL_IMAGE, NAME, GpuAnswer, judge, parse_query, version
 
 CODE = matrix.find(matrix.load(), "2.21.0").gpu_code
 V100 = "0, Tesla V100-SXM2-32GB, 7.0, 535.104.05\n1, Tesla V100-SXM2-32GB, 7.0, 535.104.05\n"
@@ -68,14 +69,15 @@ def test_versions_compare_as_numbers() -> None:
     ],
 )
 def test_gpus_with_code_in_the_wheel_pass(answer: str, status: str, detail: str) -> None:
-    assert judge(parse_query(answer), "2.21.0", CODE) == (status, detail, "")
+    assert judge(parse_query(answer), "2.21.0", CODE) == Check(NAME, status, detail, "")
 
 
 @pytest.mark.parametrize(
     ("answer", "capability"), [(B200, "10.0"), (RTX_PRO, "12.0")], ids=["B200", "RTX-PRO-6000"]
 )
 def test_blackwell_has_no_code_in_tensorflow_2_21(answer: str, capability: str) -> None:
-    status, detail, fix = judge(parse_query(answer), "2.21.0", CODE)
+    line = judge(parse_query(answer), "2.21.0", CODE)
+    status, detail, fix = line.status, line.detail, line.fix
     assert status == "FAIL"
     assert (
         f"(compute capability {capability}): TensorFlow 2.21.0 has no code for it (its wheel "
@@ -89,7 +91,8 @@ def test_blackwell_has_no_code_in_tensorflow_2_21(answer: str, capability: str) 
 
 
 def test_a_driver_older_than_cuda_12_fails_first() -> None:
-    assert judge(parse_query(P100_OLD_DRIVER), "2.21.0", CODE) == (
+    assert judge(parse_query(P100_OLD_DRIVER), "2.21.0", CODE) == Check(
+        NAME,
         "FAIL",
         "driver 418.87.01 is older than CUDA 12 code needs (>= 525.60.13)",
         "ask the site for driver >= 525.60.13, or use an image built for this driver's CUDA",
@@ -99,7 +102,8 @@ def test_a_driver_older_than_cuda_12_fails_first() -> None:
 
 def test_a_gpu_older_than_the_wheels_code() -> None:
     maxwell = parse_query("0, Tesla M60, 5.2, 535.104.05\n")
-    status, detail, fix = judge(maxwell, "2.21.0", CODE)
+    line = judge(maxwell, "2.21.0", CODE)
+    status, detail, fix = line.status, line.detail, line.fix
     assert (status, fix) == (
         "FAIL",
         "use GPUs of compute capability 6.0 or newer, or an older TensorFlow",
@@ -127,8 +131,9 @@ def test_the_worst_kind_of_gpu_speaks_for_the_node() -> None:
 
 
 def test_unknown_tensorflow_or_no_gpu() -> None:
-    assert judge((), "2.21.0", CODE) == ("PASS", "no GPU: nothing to check", "")
-    assert judge(parse_query(H100), "2.17.0", None) == (
+    assert judge((), "2.21.0", CODE) == Check(NAME, "PASS", "no GPU: nothing to check", "")
+    assert judge(parse_query(H100), "2.17.0", None) == Check(
+        NAME,
         "WARN",
         "driver 560.35.03; TensorFlow 2.17.0, not in ctrain's matrix: its GPU code is not known "
         "here",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.ports import (
@@ -13,6 +14,7 @@ from ctrain.launch.ports import (
     PortWindow,
     choose_window,
     port_block,
+    refuse_above_highest,
 )
 from tests.helpers import refusal
 from tests.unit.launch.environs import slurm_step
@@ -158,3 +160,10 @@ def test_a_mode_that_listens_on_no_port_is_not_refused_for_the_range() -> None:
     options = LaunchOptions(port_base_chosen=True)
     plan = make_plan(JobEnv.from_environ(single, "x"), options, single, (), ephemeral=LOWERED)
     assert plan.ports == () and plan.explain()["port_window"] is None
+
+
+def test_the_last_tcp_port_is_the_highest_taken() -> None:
+    refuse_above_highest(65535)
+    with pytest.raises(LaunchError, match="port 65536 is above 65535") as caught:
+        refuse_above_highest(65536)
+    assert caught.value.fix == "lower CTRAIN_PORT_BASE"

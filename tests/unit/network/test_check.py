@@ -20,7 +20,15 @@ from tests.helpers import run_ctrain, sandbox
 from tests.unit.network.fake_rdma import fake_root, fake_sysfs
 from tests.unit.network.nccl_logs import SOCKET_2_21
 
-LAUNCHED = Launched(Mode.MULTIWORKER, 1, 2, 0, 1, "nccl", 600).to_env()
+LAUNCHED = Launched(
+    mode=Mode.MULTIWORKER,
+    rank=1,
+    size=2,
+    local_rank=0,
+    local_size=1,
+    collective="nccl",
+    collective_timeout=600,
+).to_env()
 
 
 def test_outside_ctrain_launch_the_probe_goes_through_it() -> None:

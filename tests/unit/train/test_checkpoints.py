@@ -150,7 +150,15 @@ def test_keep_must_keep_one(tmp_path: Path) -> None:
 
 
 def test_manifest_records_the_job(tmp_path: Path) -> None:
-    launched = Launched(Mode.HOROVOD, 1, 2, 1, 2, "nccl", 600).to_env()
+    launched = Launched(
+        mode=Mode.HOROVOD,
+        rank=1,
+        size=2,
+        local_rank=1,
+        local_size=2,
+        collective="nccl",
+        collective_timeout=600,
+    ).to_env()
     environ = {"SLURM_JOB_ID": "12", "SLURM_RESTART_COUNT": "2", "HOME": "/h", **launched}
     info = checkpoints.job_info(environ)
     path = checkpoints.write(tmp_path, 1, 0, FP, state_writer(b"x"), info)

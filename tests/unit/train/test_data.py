@@ -287,7 +287,18 @@ def test_data_fetch_and_load_dataset_agree(
     prepared = json.loads(fetched.stdout)["path"]
     assert prepared == str(where / "mnist" / "3.0.1")
 
-    ctx = Context(Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600), strategy=None)
+    ctx = Context(
+        Launched(
+            mode=Mode.SINGLE,
+            rank=0,
+            size=1,
+            local_rank=0,
+            local_size=1,
+            collective="ring",
+            collective_timeout=600,
+        ),
+        strategy=None,
+    )
     assert ctx.load_dataset("mnist", "train") == f"train of {prepared}"
 
 

@@ -91,12 +91,38 @@ class HorovodKeras:
 def test_the_context_gives_each_keras_its_horovod_optimizer(
     horovod: list[tuple[float, str]],
 ) -> None:
-    ctx = Context(Launched(Mode.HOROVOD, 0, 2, 0, 2, "ring", 600), None, HorovodKeras(), True)
+    ctx = Context(
+        Launched(
+            mode=Mode.HOROVOD,
+            rank=0,
+            size=2,
+            local_rank=0,
+            local_size=2,
+            collective="ring",
+            collective_timeout=600,
+        ),
+        None,
+        HorovodKeras(),
+        True,
+    )
     tf_keras = TfKerasSGD()
     assert ctx.optimizer(tf_keras) == ("horovod's", tf_keras)
     keras3 = ctx.optimizer(SGD(0.5))
     assert isinstance(keras3, SGD) and keras3.apply([4.0]) == "applied"
     assert keras3.applied == [([22.0], None)]
-    alone = Context(Launched(Mode.SINGLE, 0, 1, 0, 1, "ring", 600), None, None, True)
+    alone = Context(
+        Launched(
+            mode=Mode.SINGLE,
+            rank=0,
+            size=1,
+            local_rank=0,
+            local_size=1,
+            collective="ring",
+            collective_timeout=600,
+        ),
+        None,
+        None,
+        True,
+    )
     plain = SGD()
     assert alone.optimizer(plain) is plain

@@ -110,7 +110,15 @@ def test_a_window_cut_short_is_closed_at_exit(tmp_path: Path) -> None:
 
 def test_no_profiler_without_the_launchs_variables() -> None:
     assert from_environ({}) is None
-    launched = Launched(Mode.HOROVOD, 2, 3, 0, 1, "auto", 600).to_env()
+    launched = Launched(
+        mode=Mode.HOROVOD,
+        rank=2,
+        size=3,
+        local_rank=0,
+        local_size=1,
+        collective="auto",
+        collective_timeout=600,
+    ).to_env()
     assert from_environ(launched) is None  # launched, but not asked to profile
     found = from_environ({**launched, **Profiled("4-6", "/p/run", False).to_env()})
     assert found is not None

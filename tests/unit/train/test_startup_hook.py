@@ -22,7 +22,15 @@ PROBE = (
 )
 # what ctrain launch hands a rank (names.Launched, names.Profiled)
 MULTIWORKER_KERAS3 = {
-    **Launched(Mode.MULTIWORKER, 0, 2, 0, 1, "auto", 600).to_env(),
+    **Launched(
+        mode=Mode.MULTIWORKER,
+        rank=0,
+        size=2,
+        local_rank=0,
+        local_size=1,
+        collective="auto",
+        collective_timeout=600,
+    ).to_env(),
     "TF_USE_LEGACY_KERAS": "0",
 }
 PROFILE = Profiled("3-4", "/nonexistent/run", True).to_env()
@@ -79,5 +87,16 @@ def test_the_hook_gives_sigterm_back_after_each_multiworker_strategy(tmp_path: P
     hook = str(shipped_dir(STARTUP_HOOK))
     tf_keras = {**MULTIWORKER_KERAS3, "TF_USE_LEGACY_KERAS": "1"}
     assert start_python(tmp_path, tf_keras, hook)[-1] == "True"
-    horovod = {**tf_keras, **Launched(Mode.HOROVOD, 0, 2, 0, 1, "auto", 600).to_env()}
+    horovod = {
+        **tf_keras,
+        **Launched(
+            mode=Mode.HOROVOD,
+            rank=0,
+            size=2,
+            local_rank=0,
+            local_size=1,
+            collective="auto",
+            collective_timeout=600,
+        ).to_env(),
+    }
     assert start_python(tmp_path, horovod, hook)[-1] == "False"

@@ -222,7 +222,8 @@ class FileStore(abc.ABC):
         target = plan.target
         if target is None:
             raise ConfigError(f"no target planned for {plan.ref}", "plan the pull with its store")
-        self._refuse(plan, target)  # a refusal writes nothing, not even the lock file
+        # A refusal writes nothing, not even the lock file.
+        self._decision_unless_refused(plan, target)
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with pull_lock(plan, str(target), run.environ, run.say):
             temp_space = run.tmpdir or cachedir.node_local_tmp(run.environ)
@@ -230,7 +231,7 @@ class FileStore(abc.ABC):
             for directory in self.swept(target, temp_space):
                 for leftover in fs.remove_leftovers(directory, prefix):
                     run.say(f"removed {leftover}, left by an interrupted pull")
-            sidecar, action, reason = self._refuse(plan, target)
+            sidecar, action, reason = self._decision_unless_refused(plan, target)
             if action == "reuse" and sidecar is not None:
                 return PullResult(str(target), False, sidecar, reason)
             fs.check_free(target.parent, run.min_free_gb)
@@ -251,7 +252,10 @@ class FileStore(abc.ABC):
                 raise fs.write_error(exc, target, self.space_fix) from exc
         return PullResult(str(target), True, new, reason)
 
-    def _refuse(self, plan: PullPlan, target: Path) -> tuple[Sidecar | None, Action, str]:
+    def _decision_unless_refused(
+        self, plan: PullPlan, target: Path
+    ) -> tuple[Sidecar | None, Action, str]:
+        """The store's decision for ``target`` (reuse or pull); a refusal raises instead."""
         sidecar, action, reason = self.decision(plan, target)
         if action == "refuse":
             raise ConfigError(

@@ -41,6 +41,7 @@ SOURCES = {
     "docker-daemon": "docker",
     "docker": "ch-image",
 }  # scheme -> its store, as ch-convert names it
+SCHEMES = {fmt: scheme for scheme, fmt in SOURCES.items()}  # the inverse: store -> scheme
 
 
 def source_of(ref: str) -> tuple[str, str]:
@@ -99,7 +100,7 @@ class CharliecloudStore(FileStore):
                 "drop -o; choose the cache with --cache-dir (CTRAIN_CACHE_DIR)",
             )
         fmt, name = source_of(asked.ref)
-        checked = f"{'docker-daemon' if fmt == 'docker' else 'docker'}://{name}"
+        checked = f"{SCHEMES[fmt]}://{name}"
         target = asked.cache_root / CH_DIR / safe_name(checked)
         return PullPlan.beside(asked, checked, target, runtime=CHARLIECLOUD)
 
