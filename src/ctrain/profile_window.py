@@ -59,6 +59,15 @@ def parse_window(text: str) -> StepWindow:
     return StepWindow(first, last)
 
 
+def window_of(checked: str | None) -> StepWindow | None:
+    """The window of a profile setting's value, which its row wrote FIRST-LAST from
+    ``parse_window`` (settings_table.py): the one parse is the setting's; None for none."""
+    if checked is None:
+        return None
+    first, last = checked.split("-")
+    return StepWindow(int(first), int(last))
+
+
 def check_ranks(text: str) -> str:
     """``auto``, ``all`` or a comma-separated list of ranks, as given (ValueError otherwise)."""
     if text in (AUTO_RANKS, ALL_RANKS) or re.fullmatch(r"\d+(,\d+)*", text):

@@ -77,6 +77,25 @@ def _persist(text: str) -> str:
     return text.strip()
 
 
+def _worker_counts(text: str) -> str:
+    """Worker counts as ``ctrain bench`` runs them: "4, 1,2" -> "1,2,4" (positive, distinct, in
+    increasing order; ``worker_counts`` gives them as numbers)."""
+    parts = [part for part in text.replace(" ", "").split(",") if part]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise ValueError("is not a list of counts; give counts like 1,2,4")
+    counts = sorted(int(part) for part in parts)
+    if counts[0] < 1:
+        raise ValueError("needs counts of at least 1; e.g. 1,2,4")
+    if len(set(counts)) != len(counts):
+        raise ValueError("repeats a count; give each count once")
+    return ",".join(str(count) for count in counts)
+
+
+def worker_counts(checked: str) -> tuple[int, ...]:
+    """The counts of a value ``_worker_counts`` returned (bench_workers), as numbers."""
+    return tuple(int(count) for count in checked.split(","))
+
+
 def _window(text: str) -> str:
     return str(parse_window(text))
 
@@ -286,7 +305,7 @@ class Settings:
 
     # What only ``ctrain bench`` reads (BENCH_PREFIX; env CTRAIN_BENCH_*).
     bench_workers: str = _row(
-        "1,2", "worker counts for ctrain bench, comma-separated", _text, metavar="N,N,..."
+        "1,2", "worker counts for ctrain bench, comma-separated", _worker_counts, metavar="N,N,..."
     )
     bench_model: str = _row(
         "ResNet50", "Keras application model ctrain bench trains", _text, metavar="NAME"
@@ -343,6 +362,7 @@ def rows(record: type[Settings] = Settings) -> tuple[Setting, ...]:
     )
 
 
+DEFAULT_SETTINGS = Settings()  # every setting's default, typed (the options records' defaults)
 SETTINGS = rows()  # resolved, shown and checked together
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 CORE_SETTINGS = tuple(s for s in SETTINGS if not s.name.startswith(BENCH_PREFIX))

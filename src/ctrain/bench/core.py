@@ -23,30 +23,35 @@ from dataclasses import dataclass, fields
 from ctrain.bench.profile import PROFILE_VARIABLE
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.names import BENCH_LAUNCHERS, ONE_PROCESS
-from ctrain.profile_window import StepWindow, parse_window
-from ctrain.settings_table import BENCH_PREFIX, BY_NAME, Settings
+from ctrain.profile_window import StepWindow, window_of
+from ctrain.settings_table import BENCH_PREFIX, BY_NAME, DEFAULT_SETTINGS, Settings, worker_counts
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 SYNTHETIC_MODULE = "ctrain.bench.synthetic"  # the benchmark ``ctrain bench`` runs by default
 
 
+def _launcher_args(text: str | None) -> tuple[str, ...]:
+    return tuple(shlex.split(text or ""))
+
+
 @dataclass(frozen=True)
 class BenchOptions:
-    """What to measure and how to launch it."""
+    """What to measure and how to launch it; each default is its setting's (settings_table.py),
+    in the form the bench uses."""
 
-    workers: tuple[int, ...] = (1, 2)
-    mode: str = "auto"
-    model: str = "ResNet50"
-    batch: int = 32
-    image_size: int = 224
-    steps: int = 100
-    iters: int = 10
-    warmup: int = 10
-    threads: int = 0
-    launcher: str = "auto"
-    launcher_args: tuple[str, ...] = ()
-    timeout: float = 3600.0
-    profile: str | None = None  # steps FIRST-LAST the largest run traces (--profile)
+    workers: tuple[int, ...] = worker_counts(DEFAULT_SETTINGS.bench_workers)
+    mode: str = DEFAULT_SETTINGS.mode
+    model: str = DEFAULT_SETTINGS.bench_model
+    batch: int = DEFAULT_SETTINGS.bench_batch
+    image_size: int = DEFAULT_SETTINGS.bench_image_size
+    steps: int = DEFAULT_SETTINGS.bench_steps
+    iters: int = DEFAULT_SETTINGS.bench_iters
+    warmup: int = DEFAULT_SETTINGS.bench_warmup
+    threads: int = DEFAULT_SETTINGS.bench_threads or 0  # 0: TensorFlow's own
+    launcher: str = DEFAULT_SETTINGS.bench_launcher
+    launcher_args: tuple[str, ...] = _launcher_args(DEFAULT_SETTINGS.bench_launcher_args)
+    timeout: float = float(DEFAULT_SETTINGS.bench_timeout)
+    profile: StepWindow | None = window_of(DEFAULT_SETTINGS.bench_profile)  # the largest run's
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BenchOptions:
@@ -57,10 +62,11 @@ class BenchOptions:
             **given
             | {
                 "mode": settings.mode,
-                "workers": parse_workers(settings.bench_workers),
+                "workers": worker_counts(settings.bench_workers),
                 "threads": settings.bench_threads or 0,  # unset: TensorFlow's own
-                "launcher_args": tuple(shlex.split(settings.bench_launcher_args or "")),
+                "launcher_args": _launcher_args(settings.bench_launcher_args),
                 "timeout": float(settings.bench_timeout),
+                "profile": window_of(settings.bench_profile),
             }
         )
 
@@ -79,30 +85,12 @@ class BenchOptions:
         return self.warmup + self.timed_steps
 
 
-def parse_workers(text: str) -> tuple[int, ...]:
-    """ "1,2,4" -> (1, 2, 4): positive, distinct, in increasing order."""
-    try:
-        counts = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError as exc:
-        raise ConfigError(
-            f"--workers {text!r} is not a list of numbers", "give counts like 1,2,4"
-        ) from exc
-    if not counts or min(counts) < 1:
-        raise ConfigError(f"--workers {text!r} needs counts of at least 1", "e.g. --workers 1,2,4")
-    if len(set(counts)) != len(counts):
-        raise ConfigError(f"--workers {text!r} repeats a count", "give each count once")
-    return tuple(sorted(counts))
-
-
 def profile_window(options: BenchOptions) -> StepWindow | None:
     """The steps the largest run traces, None without ``--profile``. A window that ends after
     the run's last step is refused here, before anything runs."""
-    if options.profile is None:
+    window = options.profile
+    if window is None:
         return None
-    try:
-        window = parse_window(options.profile)
-    except ValueError as exc:
-        raise ConfigError(f"--profile {options.profile!r}: {exc}", "correct the flag") from exc
     total = options.run_steps
     if window.last > total:
         first = min(max(2, options.warmup + 1), total)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from ctrain.profile_window import StepWindow, parse_window
+from ctrain.profile_window import StepWindow
 from ctrain.settings_table import BY_NAME
 
 PROFILE_VARIABLE = BY_NAME["profile"].env  # ctrain launch's --profile: bench says which run traces
@@ -41,9 +41,8 @@ def new_profile_run(before: Collection[str], after: Mapping[str, float]) -> str 
     return max(added, key=lambda name: (after[name], name)) if added else None
 
 
-def markdown_profile(profile: ProfileRun, warmup: int) -> str:
-    """Where the traced run's trace and table of where the time went are."""
-    window = parse_window(profile.steps)
+def markdown_profile(profile: ProfileRun, window: StepWindow, warmup: int) -> str:
+    """Where the traced run's trace (of ``window``) and table of where the time went are."""
     timed = (
         "; its images/s include the traced steps"
         if window.last > warmup

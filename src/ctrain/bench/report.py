@@ -59,7 +59,11 @@ class BenchReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "options": {**asdict(self.options), "workers": list(self.options.workers)},
+            "options": {
+                **asdict(self.options),
+                "workers": list(self.options.workers),
+                "profile": None if self.options.profile is None else str(self.options.profile),
+            },
             "launcher": self.launcher,
             "host": self.host,
             "started": self.started,
@@ -133,8 +137,8 @@ def markdown_report(report: BenchReport) -> str:
         "",
     ]
     text = "\n".join(head) + "\n" + markdown_table(report.rows())
-    if report.profile is not None:
-        text += "\n" + markdown_profile(report.profile, o.warmup)
+    if report.profile is not None and o.profile is not None:
+        text += "\n" + markdown_profile(report.profile, o.profile, o.warmup)
     return text
 
 

@@ -25,8 +25,8 @@ from ctrain.launch.ports import RENDEZVOUS_SLOT, Ephemeral, PortWindow, choose_w
 from ctrain.launch.profile import Process, profile_environment, profiled
 from ctrain.launch.tuning import Cpus, Tuned, to_set, tune
 from ctrain.names import AUTO, ENV_LAUNCH_PEER_WATCH, Launched, Mode
-from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, parse_window
-from ctrain.settings_table import BY_NAME, Settings
+from ctrain.profile_window import StepWindow, window_of
+from ctrain.settings_table import BY_NAME, DEFAULT_SETTINGS, Settings
 from ctrain.util.secrets import masked
 
 PROXY_VARIABLES = tuple(
@@ -49,26 +49,27 @@ DEFAULTS: dict[str, str] = {
 
 
 class LaunchOptions(NamedTuple):
-    mode: str = AUTO
-    collective: str = AUTO
-    collective_timeout: int = 600
-    port_base: int = 20000
+    """What ``ctrain launch`` was asked; each default is its setting's (settings_table.py)."""
+
+    mode: str = DEFAULT_SETTINGS.mode
+    collective: str = DEFAULT_SETTINGS.collective
+    collective_timeout: int = DEFAULT_SETTINGS.collective_timeout
+    port_base: int = DEFAULT_SETTINGS.port_base
     port_base_chosen: bool = False  # set by the user, so kept or refused, never moved
-    keep_proxies: bool = False
-    keras: str = AUTO
-    tune: str = AUTO
-    skip_mpi_check: bool = False
-    profile: str | None = None  # the steps to trace, FIRST-LAST (launch/profile.py)
-    profile_dir: str = DEFAULT_PROFILE_DIR
-    profile_ranks: str = AUTO_RANKS
+    keep_proxies: bool = DEFAULT_SETTINGS.keep_proxies
+    keras: str = DEFAULT_SETTINGS.keras
+    tune: str = DEFAULT_SETTINGS.tune
+    skip_mpi_check: bool = DEFAULT_SETTINGS.skip_mpi_check
+    profile: StepWindow | None = window_of(DEFAULT_SETTINGS.profile)  # steps to trace
+    profile_dir: str = DEFAULT_SETTINGS.profile_dir
+    profile_ranks: str = DEFAULT_SETTINGS.profile_ranks
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LaunchOptions:
         """Each field that names a setting takes its value; port_base_chosen, where it came from."""
         given = {name: getattr(settings, name) for name in cls._fields if name in BY_NAME}
-        return cls(
-            **given, port_base_chosen=settings.sources.get("port_base", "default") != "default"
-        )
+        chosen = settings.sources.get("port_base", "default") != "default"
+        return cls(**given | {"profile": window_of(settings.profile), "port_base_chosen": chosen})
 
 
 class Plan(NamedTuple):
@@ -285,7 +286,7 @@ def _profile(
 ) -> dict[str, str]:
     assert options.profile is not None
     decided = profiled(
-        parse_window(options.profile),
+        options.profile,
         options.profile_ranks,
         options.profile_dir,
         mode,

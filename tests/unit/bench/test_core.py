@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,9 @@ from ctrain.bench import report as bench_report
 from ctrain.bench.core import BenchOptions
 from ctrain.bench.report import BenchReport
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
-from ctrain.profile_window import parse_window
+from ctrain.profile_window import StepWindow, parse_window
+from ctrain.settings import parse_flag, resolve
+from ctrain.settings_table import Settings
 from tests.unit.bench.results import rank_report, result
 
 # ------------------------------------------------------------------------------- the math
@@ -61,14 +64,28 @@ def test_mean_and_confidence_as_horovod_reports_them() -> None:
     ("text", "expected"),
     [("1,2,4", (1, 2, 4)), ("4,1,2", (1, 2, 4)), (" 1, 8 ", (1, 8)), ("2", (2,))],
 )
-def test_parse_workers(text: str, expected: tuple[int, ...]) -> None:
-    assert core.parse_workers(text) == expected
+def test_workers_are_parsed_once_by_their_setting(
+    text: str, expected: tuple[int, ...], tmp_path: Path
+) -> None:
+    settings = resolve({}, {"HOME": str(tmp_path), "CTRAIN_BENCH_WORKERS": text}, tmp_path)
+    assert BenchOptions.from_settings(settings).workers == expected
 
 
 @pytest.mark.parametrize("text", ["", "0,1", "1,x", "1,1", "-2"])
-def test_parse_workers_rejects(text: str) -> None:
-    with pytest.raises(ConfigError):
-        core.parse_workers(text)
+def test_bad_workers_are_blamed_on_the_flag(text: str) -> None:
+    with pytest.raises(ConfigError, match="^--workers "):
+        parse_flag("bench_workers", text)
+
+
+def test_bad_workers_variable_is_blamed_on_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, {"HOME": str(tmp_path), "CTRAIN_BENCH_WORKERS": "x"}, tmp_path)
+    assert str(caught.value).startswith("CTRAIN_BENCH_WORKERS='x': ")
+    assert "--workers" not in str(caught.value)
+
+
+def test_bench_options_default_to_the_settings() -> None:
+    assert BenchOptions.from_settings(Settings()) == BenchOptions()
 
 
 def test_batches_per_iter_rounds_up() -> None:
@@ -289,6 +306,10 @@ def test_result_from_reports_counts_the_ranks() -> None:
 # ------------------------------------------------------------------ --profile, pure part
 
 
+def steps_of(window: str | None) -> StepWindow | None:
+    return None if window is None else parse_window(window)
+
+
 def test_run_steps_are_the_warm_up_and_whole_iterations() -> None:
     assert BenchOptions(warmup=10, steps=100, iters=10).run_steps == 110
     assert BenchOptions(warmup=2, steps=25, iters=10).timed_steps == 30  # 3 per iteration
@@ -310,7 +331,7 @@ def test_run_steps_are_the_warm_up_and_whole_iterations() -> None:
 def test_profile_window_inside_the_run(
     warmup: int, steps: int, iters: int, window: str | None, expected: tuple[int, int] | None
 ) -> None:
-    options = BenchOptions(warmup=warmup, steps=steps, iters=iters, profile=window)
+    options = BenchOptions(warmup=warmup, steps=steps, iters=iters, profile=steps_of(window))
     assert core.profile_window(options) == expected
 
 
@@ -341,7 +362,7 @@ def test_profile_window_past_the_end_is_refused(
     warmup: int, steps: int, iters: int, window: str, message: str, fix: str
 ) -> None:
     options = BenchOptions(workers=(1, 2, 4), warmup=warmup, steps=steps, iters=iters,
-                           profile=window)  # fmt: skip
+                           profile=parse_window(window))  # fmt: skip
     with pytest.raises(ConfigError) as caught:
         core.profile_window(options)
     assert (caught.value.message, caught.value.fix) == (message, fix)
@@ -351,7 +372,7 @@ def test_profile_window_past_the_end_is_refused(
 @pytest.mark.parametrize("window", ["1-5", "x", "9-3"])
 def test_profile_window_malformed(window: str) -> None:
     with pytest.raises(ConfigError, match=f"--profile '{window}': "):
-        core.profile_window(BenchOptions(profile=window))
+        parse_flag("bench_profile", window)  # the setting's one parse, before the options
 
 
 @pytest.mark.parametrize(
@@ -361,7 +382,9 @@ def test_profile_window_malformed(window: str) -> None:
 def test_only_the_largest_run_traces(
     workers: tuple[int, ...], window: str | None, expected: int | None
 ) -> None:
-    assert core.profiled_workers(BenchOptions(workers=workers, profile=window)) == expected
+    assert (
+        core.profiled_workers(BenchOptions(workers=workers, profile=steps_of(window))) == expected
+    )
 
 
 def test_profile_flags() -> None:
@@ -415,7 +438,8 @@ TABLE = "ctrain: profile of steps 6-7 (2 steps), 2 rank(s), in /o/profile/job7.0
 
 
 def profiled_report(profile: bench_profile.ProfileRun) -> BenchReport:
-    options = BenchOptions(workers=(1, 2), warmup=5, steps=6, iters=3, profile=profile.steps)
+    window = parse_window(profile.steps)
+    options = BenchOptions(workers=(1, 2), warmup=5, steps=6, iters=3, profile=window)
     return BenchReport(options, "srun", [result(1, 50), result(2, 90)], host="n", started="t",
                        profile=profile)  # fmt: skip
 

@@ -17,6 +17,7 @@ from ctrain.bench.profile import ProfileRun
 from ctrain.bench.report import scaling_rows
 from ctrain.cli import main
 from ctrain.errors import ConfigError, ExternalToolError
+from ctrain.profile_window import parse_window
 from ctrain.util import proc
 from tests.unit.bench.results import rank_report, result
 
@@ -164,7 +165,7 @@ def test_without_matplotlib_the_table_is_written_and_the_plot_named_missing(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--workers", "0"], "--workers '0' needs counts of at least 1"),
+        (["--workers", "0"], "--workers '0': needs counts of at least 1"),
         (["--mode", "single", "--workers", "1,2"], "--mode single runs one process"),
         (["--script", "/nonexistent/s.py"], "no benchmark script at /nonexistent/s.py"),
         (["--steps", "0"], "--steps '0': must be a positive integer"),
@@ -218,7 +219,9 @@ def profiling_stream(monkeypatch: pytest.MonkeyPatch) -> ProfilingFakeStream:
 
 
 def test_only_the_largest_run_traces(tmp_path: Path, profiling_stream: ProfilingFakeStream) -> None:
-    options = BenchOptions(workers=(1, 2, 4), iters=2, steps=4, warmup=2, profile="3-4")
+    options = BenchOptions(
+        workers=(1, 2, 4), iters=2, steps=4, warmup=2, profile=parse_window("3-4")
+    )
     environ = {"PATH": "/bin", "CTRAIN_PROFILE": "2-3"}  # launch's own setting: not passed on
     report = run.run(options, tmp_path / "out", environ, None, "py", "ctrain",
                      progress_out=io.StringIO())  # fmt: skip
@@ -250,7 +253,7 @@ def test_an_earlier_trace_is_not_taken_for_this_one(
     old = tmp_path / "profile" / "job9.0"
     old.mkdir(parents=True)
     (old / "breakdown.txt").write_text("an earlier bench's\n")
-    options = BenchOptions(workers=(2,), iters=2, steps=4, warmup=2, profile="3-4")
+    options = BenchOptions(workers=(2,), iters=2, steps=4, warmup=2, profile=parse_window("3-4"))
     report = run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
     assert report.profile is not None
     assert report.profile.directory == str(tmp_path.absolute() / "profile" / "job0.0")
@@ -258,7 +261,7 @@ def test_an_earlier_trace_is_not_taken_for_this_one(
 
 
 def test_a_run_that_wrote_no_trace_is_reported_so(tmp_path: Path, fake_stream: FakeStream) -> None:
-    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile="3-4")
+    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile=parse_window("3-4"))
     report = run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
     assert report.profile == ProfileRun(2, "3-4", str(tmp_path.absolute() / "profile"), None)
     assert "--profile" in fake_stream.calls[1][0] and "--profile" not in fake_stream.calls[0][0]
@@ -267,7 +270,7 @@ def test_a_run_that_wrote_no_trace_is_reported_so(tmp_path: Path, fake_stream: F
 def test_a_window_past_the_end_is_refused_before_anything_runs(
     tmp_path: Path, fake_stream: FakeStream
 ) -> None:
-    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile="5-7")
+    options = BenchOptions(workers=(1, 2), iters=2, steps=4, warmup=2, profile=parse_window("5-7"))
     with pytest.raises(ConfigError, match="--profile 5-7 ends after the 2-worker run's last step"):
         run.run(options, tmp_path, {}, None, "py", "ctrain", progress_out=io.StringIO())
     assert fake_stream.calls == []

@@ -17,6 +17,7 @@ from ctrain.names import (
     ENV_LAUNCH_PROFILE_TRACE,
     Mode,
 )
+from ctrain.profile_window import parse_window
 from ctrain.settings import resolve
 from tests.unit.launch.environs import hydra_under_srun
 
@@ -50,7 +51,7 @@ def test_options_from_settings_carry_every_setting(tmp_path: Path) -> None:
         keras="3",
         tune="off",
         skip_mpi_check=True,
-        profile="20-25",
+        profile=parse_window("20-25"),
         profile_dir="traces",
         profile_ranks="0,3",
     )
@@ -80,14 +81,18 @@ def test_gloo_rendezvous_listens_on_the_last_port_of_the_steps_block(
     ("options", "process", "expected"),
     [
         # make_plan without the launching process: a relative run directory, ids 0
-        (LaunchOptions(profile="20-25"), None, ("20-25", "ctrain-profile/ppid0", "1")),
         (
-            LaunchOptions(profile="3"),
+            LaunchOptions(profile=parse_window("20-25")),
+            None,
+            ("20-25", "ctrain-profile/ppid0", "1"),
+        ),
+        (
+            LaunchOptions(profile=parse_window("3")),
             Process("/w", 11, 10),
             ("3-3", "/w/ctrain-profile/ppid10", "1"),
         ),
         (
-            LaunchOptions(profile="5-6", profile_dir="/scratch/p", profile_ranks="1"),
+            LaunchOptions(profile=parse_window("5-6"), profile_dir="/scratch/p", profile_ranks="1"),
             Process("/w", 11, 10),
             ("5-6", "/scratch/p/ppid10", "0"),
         ),
@@ -106,7 +111,7 @@ def test_profile_environment_of_rank_0_of_2(
     [(None, "ctrain-profile/pid0"), (Process("/w", 11, 10), "/w/ctrain-profile/pid11")],
 )
 def test_profile_run_of_one_process_is_named_for_it(process: Process | None, run: str) -> None:
-    options = LaunchOptions(profile="20-25")
+    options = LaunchOptions(profile=parse_window("20-25"))
     plan = make_plan(JobEnv.from_environ({}, "h"), options, {}, (), process=process)
     assert tuple(plan.env_set[key] for key in PROFILE_KEYS) == ("20-25", run, "1")
 

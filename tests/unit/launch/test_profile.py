@@ -16,8 +16,9 @@ from ctrain.names import (
     ENV_LAUNCH_PROFILE_TRACE,
     Mode,
 )
-from ctrain.profile_window import MAX_STEPS, StepWindow, parse_window
+from ctrain.profile_window import MAX_STEPS, StepWindow, parse_window, window_of
 from ctrain.settings import parse_flag, resolve
+from ctrain.settings_table import Settings
 from ctrain.util.shipped import shipped_dir
 from tests.unit.launch.environs import slurm_step
 
@@ -227,7 +228,8 @@ def plan_env(options: LaunchOptions, environ: dict[str, str]) -> dict[str, str]:
 def test_the_plan_carries_the_profile_and_the_start_up_hook() -> None:
     hook = str(shipped_dir(STARTUP_HOOK))
     env = plan_env(
-        LaunchOptions(mode="multiworker", keras="2", profile="4-6"), {"PYTHONPATH": "/a"}
+        LaunchOptions(mode="multiworker", keras="2", profile=parse_window("4-6")),
+        {"PYTHONPATH": "/a"},
     )
     assert env[ENV_LAUNCH_PROFILE] == "4-6"
     assert env[ENV_LAUNCH_PROFILE_RUN] == "/w/ctrain-profile/job8.1"
@@ -240,4 +242,15 @@ def test_the_plan_carries_the_profile_and_the_start_up_hook() -> None:
 
 def test_the_plan_refuses_ranks_beyond_the_run() -> None:
     with pytest.raises(LaunchError, match="rank 5 of a run of 2"):
-        plan_env(LaunchOptions(mode="multiworker", profile="4-6", profile_ranks="5"), {})
+        plan_env(
+            LaunchOptions(mode="multiworker", profile=parse_window("4-6"), profile_ranks="5"), {}
+        )
+
+
+@pytest.mark.parametrize("text", ["20-25", "2", " 7 - 9 "])
+def test_a_profile_setting_is_parsed_once_and_its_window_kept(text: str) -> None:
+    checked = parse_flag("profile", text)
+    assert isinstance(checked, str)
+    assert window_of(checked) == parse_window(text)
+    assert LaunchOptions.from_settings(Settings(profile=checked)).profile == parse_window(text)
+    assert window_of(None) is None
