@@ -242,6 +242,19 @@ def test_no_ctrain_or_an_older_one_on_the_cluster(
     assert snapshot(laptop.project) == before
 
 
+def test_no_sbatch_on_the_cluster(node: LoginNode, tmp_path: Path, runtime: str) -> None:
+    program = node.ctrain.parent / "ctrain-no-sbatch"
+    program.write_text(f'#!/bin/sh\nPATH=/nowhere exec {node.ctrain} "$@"\n')
+    program.chmod(0o755)
+    laptop = laptop_for(node, tmp_path, runtime)
+    laptop.ok(
+        "remote", "add", "cluster", node.host, "--ssh-config", str(node.ssh_config),
+        "--ctrain", str(program),
+    )  # fmt: skip
+    line = laptop.refused("job", "submit", "--on", "cluster", "single", *LAYOUT, "--", "true")
+    assert line.startswith("ctrain: error: on cluster: sbatch not found"), line
+
+
 def test_a_job_of_another_user_is_not_cancelled(
     node: LoginNode, laptop: Laptop, jobs_to_cancel: list[str]
 ) -> None:

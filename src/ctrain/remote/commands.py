@@ -175,6 +175,15 @@ def ssh_failure(remote: Remote, stderr: str) -> tuple[str, str]:
     return f"ssh to {remote.host} failed ({last})", by_hand
 
 
+def ctrain_error(stderr: str) -> tuple[str, str] | None:
+    """The (message, fix) of the last ``ctrain: error: ... Fix: ...`` line in ``stderr``."""
+    lines = [line for line in stderr.splitlines() if line.startswith("ctrain: error: ")]
+    if not lines:
+        return None
+    message, _, fix = lines[-1].removeprefix("ctrain: error: ").partition(" Fix: ")
+    return message, fix
+
+
 def remote_version(output: str) -> str | None:
     """The version in ``ctrain --version`` output ("ctrain, version 0.1.0")."""
     found = re.search(r"version\s+(\S+)", output)

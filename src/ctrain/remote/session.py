@@ -98,15 +98,23 @@ def run_ctrain(link: Link, args: Sequence[str], chdir: str = "") -> int:
 
 
 def _checked_output(link: Link, line: str, what: str) -> str:
-    code, out = proc.run_within(link.ssh(line), link.environ, COMMAND_TIMEOUT)
-    if code == SSH_LOST or code is None:
+    """The stdout of ``line`` on the cluster. A failure is one line: the cluster's ctrain's own
+    error (naming the cluster), or what failed and its last words."""
+    done = proc.run(link.ssh(line), link.environ, COMMAND_TIMEOUT)
+    if done.returncode == SSH_LOST:
         raise ExternalToolError(
             f"the connection to {link.remote.name} was lost during {what}",
             "check the network, then run the command again",
         )
-    if code != 0:
-        raise CtrainError(f"{what} on {link.remote.name} failed (exit {code})", "see above")
-    return out
+    if done.returncode != 0:
+        said = commands.ctrain_error(done.stderr)
+        if said is not None:
+            raise CtrainError(f"on {link.remote.name}: {said[0]}", said[1])
+        raise ExternalToolError(
+            f"{what} on {link.remote.name} failed: {proc.failure(done)}",
+            f"run it there by hand: ssh {link.remote.host} {line}",
+        )
+    return done.stdout
 
 
 class Submitted(NamedTuple):

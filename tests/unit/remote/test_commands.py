@@ -137,3 +137,10 @@ def test_older_compares_the_numbers(theirs: str, ours: str, is_older: bool) -> N
 def test_the_version_is_read_from_ctrain_version() -> None:
     assert commands.remote_version("ctrain, version 0.1.0\n") == "0.1.0"
     assert commands.remote_version("bash: ctrain: command not found") is None
+
+
+def test_the_clusters_error_line_is_read_back() -> None:
+    stderr = "noise\nctrain: error: sbatch not found Fix: install it or put it on PATH\n"
+    assert commands.ctrain_error(stderr) == ("sbatch not found", "install it or put it on PATH")
+    assert commands.ctrain_error("ctrain: error: no fix here\n") == ("no fix here", "")
+    assert commands.ctrain_error("bash: ctrain: command not found\n") is None
