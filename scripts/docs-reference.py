@@ -130,43 +130,41 @@ def commands_page(root: click.Command | None = None) -> str:
 # ---- settings ---------------------------------------------------------------------------------
 
 
-def show_default(value: object) -> str:
-    """A setting's default as a user writes it."""
-    if value is None or value == ():
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(str(item) for item in value)
-    return str(value)
-
-
 def setting_flags(root: click.Command | None = None) -> dict[str, list[str]]:
-    """Setting name -> the flags that set it, over every command of ``root``."""
+    """Setting name -> the flags that set it, over every command of ``root``: each option
+    ``setting_option`` made names its setting (``SettingOption.setting``)."""
+    from ctrain.cli._options import SettingOption
+
     if root is None:
         from ctrain.cli import main as root
     flags: dict[str, list[str]] = {}
     for ctx, command in walk(root, "ctrain"):
         for param in command.get_params(ctx):
-            name = getattr(param, "setting", None)
-            if name is None and isinstance(param, click.Option):  # "[env CTRAIN_X; setting x]"
-                named = re.search(r"; setting (\w+)\]", param.help or "")
-                name = named.group(1) if named else None
-            if isinstance(name, str):
+            if isinstance(param, SettingOption):
                 for flag in (*param.opts, *param.secondary_opts):
-                    if flag not in flags.setdefault(name, []):
-                        flags[name].append(flag)
+                    if flag not in flags.setdefault(param.setting, []):
+                        flags[param.setting].append(flag)
     return flags
 
 
+def flag_cell(setting: Any, flags: dict[str, list[str]]) -> str:
+    """The flags of ``setting``, or why it has none (its row's ``flagless``)."""
+    given = flags.get(setting.name, [])
+    if given:
+        return ", ".join(f"`{flag}`" for flag in given)
+    return f"config/env only: {escape(setting.flagless)}" if setting.flagless else "(none)"
+
+
 def _settings_table(settings: Any, flags: dict[str, list[str]]) -> list[str]:
+    from ctrain.cli._options import written
+
     lines = [
         "| setting (config key) | environment variable | flag | default | meaning |",
         "|:--|:--|:--|:--|:--|",
     ]
     for setting in settings:
-        flag = ", ".join(f"`{f}`" for f in flags.get(setting.name, [])) or "(none)"
-        default = show_default(setting.default).replace("|", "\\|")
+        flag = flag_cell(setting, flags)
+        default = written(setting.default).replace("|", "\\|")
         lines.append(
             f"| `{setting.name}` | `{setting.env}` | {flag} | `{default}` | "
             f"{escape(setting.help)} |"
@@ -186,7 +184,8 @@ def settings_page(flags: dict[str, list[str]] | None = None) -> str:
         GENERATED_NOTE,
         "",
         "Every setting has a config key, a `CTRAIN_*` environment variable and, on the commands "
-        "that use it, a flag. The first of these that is set wins:",
+        "that use it, a flag (a few are read where no command line reaches, and have none: "
+        "config/env only). The first of these that is set wins:",
         "",
         "1. the flag on the command line;",
         "2. the environment variable;",
@@ -207,9 +206,10 @@ def settings_page(flags: dict[str, list[str]] | None = None) -> str:
         "",
         "`ctrain config show` prints each effective value and where it came from "
         "(`--json` for a program); a value that does not parse is an error naming the file and "
-        "line. A list setting (`binds`) takes comma-separated items in its variable and a TOML "
-        "list in a config file; a true/false setting takes `1`, `true`, `yes`, `on` or `0`, "
-        "`false`, `no`, `off`.",
+        "line. A list setting (`binds`) takes comma-separated items in its variable, a TOML "
+        "list in a config file, and its flag repeated; a true/false setting takes `1`, `true`, "
+        "`yes`, `on` or `0`, `false`, `no`, `off`, and its flag gives the value that is not its "
+        "default (`--nv`: true, `--no-launch`: false).",
         "",
         "## Launch, containers, images and data",
         "",
@@ -345,7 +345,33 @@ def versions_page(rows: Any = None, repo: Path = REPO) -> str:
     for row in rows:
         wheels = ", ".join(f"`{name}=={version}`" for name, version in row.cuda_wheels.items())
         lines.append(f"- TensorFlow {row.tensorflow}: {wheels}")
+    lines += ["", *_gpu_code_table(rows)]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_code_table(rows: Any) -> list[str]:
+    """Each TensorFlow's GPU code and the drivers it needs (the matrix's ``gpu_code``)."""
+    lines = [
+        "## GPU code and drivers",
+        "",
+        "The GPU code in each TensorFlow's wheel (the matrix's `gpu_code`, read from its "
+        "`libtensorflow_cc.so.2` with `cuobjdump`) and the Linux driver it needs; which GPUs "
+        "run it, and how this is known: "
+        "[Build images](images.md#nvidia-driver-and-gpu-generations). `ctrain doctor` holds "
+        "each GPU of a node against it (its `gpu-code` line).",
+        "",
+        "| TensorFlow | built with CUDA | SASS for compute capability | PTX for | "
+        "minimum driver (CUDA 12) | driver for the PTX JIT | newest compute capability "
+        "reported to work |",
+        "|:--|:--|:--|:--|:--|:--|:--|",
+    ]
+    for row in rows:
+        code = row.gpu_code
+        lines.append(
+            f"| {row.tensorflow} | {code.cuda} | {', '.join(code.sass)} | {code.ptx} | "
+            f">= {code.cuda12_driver} | >= {code.driver} | {code.newest} |"
+        )
+    return lines
 
 
 # ---- the site ---------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Every setting in one row: a field of ``Settings``, with its type, default, help, parser and
-command-line option (``Setting``). The Click options (cli/_options.py), the reference page
-(scripts/docs-reference.py) and the options records that launch/ and bench/ read come from the
-rows; adding a setting is adding a row. Their precedence (flag, variable, config file, default)
-is settings.py's.
+command-line option (``Setting``). The Click options (cli/_options.py ``setting_option``, the one
+way an option that sets a setting is declared), the reference page (scripts/docs-reference.py)
+and the options records that launch/ and bench/ read come from the rows; adding a setting is
+adding a row. Their precedence (flag, variable, config file, default) is settings.py's.
 
 The ground floor: this module imports nothing of ctrain's but names and profile_window.
 """
@@ -29,6 +29,9 @@ from ctrain.profile_window import AUTO_RANKS, DEFAULT_PROFILE_DIR, check_ranks, 
 Value = str | int | bool | tuple[str, ...] | None
 ROW = "ctrain.setting"  # the key of a field's row in its metadata
 BENCH_PREFIX = "bench_"  # the rows ``ctrain bench`` alone reads
+# Why a setting has no option (``Setting.flagless``): what reads it, from its variable or a file.
+TRAINING_READS = "the training processes read it (`ctrain.distributed`)"
+PREFLIGHT_READS = "the job script's `ctrain job preflight` reads it"
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -103,9 +106,11 @@ def _window(text: str) -> str:
 class Setting(NamedTuple):
     """One setting, everything about it: its config key and variable (``name``), default, help,
     parser, and what its command-line option is (``choices`` for a choice, a true/false setting
-    a flag, ``option_override`` where the option is not ``--name-with-dashes`` (for a bench row,
-    without ``bench-``), ``metavar``). The Click option (cli/_options.py), the typed field
-    (``Settings``) and the reference page come from it.
+    a flag, a list setting a repeatable option, ``option_override`` where the option is not
+    ``--name-with-dashes`` (for a bench row, without ``bench-``), ``short`` its one-letter
+    spelling, ``metavar``), or, for a setting no command takes as an option, why not
+    (``flagless``). The Click option (cli/_options.py), the typed field (``Settings``) and the
+    reference page come from it.
     """
 
     name: str
@@ -114,7 +119,9 @@ class Setting(NamedTuple):
     parse: Callable[[str], Value]
     choices: tuple[str, ...] = ()
     option_override: str | None = None
+    short: str | None = None
     metavar: str | None = None
+    flagless: str | None = None
 
     @property
     def env(self) -> str:
@@ -131,10 +138,17 @@ class Setting(NamedTuple):
         return self.parse is _words
 
     @property
+    def inverted(self) -> bool:
+        """A true/false setting that is true by default: its flag sets it false."""
+        return self.is_flag and self.default is True
+
+    @property
     def option(self) -> str:
         """Its command-line option: ``--name-with-dashes``, without ``bench-`` for a bench row
-        (``ctrain bench --workers``), unless ``option_override`` says another."""
-        return self.option_override or "--" + self.name.removeprefix(BENCH_PREFIX).replace("_", "-")
+        (``ctrain bench --workers``), unless ``option_override`` says another; ``--no-...`` for
+        an inverted flag (``--no-launch``)."""
+        long = self.option_override or "--" + self.name.removeprefix(BENCH_PREFIX).replace("_", "-")
+        return "--no-" + long.removeprefix("--") if self.inverted else long
 
 
 def _row(
@@ -143,10 +157,12 @@ def _row(
     parse: Callable[[str], Value],
     *,
     option_override: str | None = None,
+    short: str | None = None,
     metavar: str | None = None,
+    flagless: str | None = None,
 ) -> Any:
     """A field of ``Settings``: its default, and its row (named by the field)."""
-    row = Setting("", default, help, parse, option_override=option_override, metavar=metavar)
+    row = Setting("", default, help, parse, (), option_override, short, metavar, flagless)
     return dataclasses.field(default=default, metadata={ROW: row})
 
 
@@ -172,7 +188,14 @@ class Settings:
         None, "image cache and temporary directory (not under $HOME)", _text
     )
     allow_home_cache: bool = _row(False, "accept an image cache under $HOME", _flag)
-    binds: tuple[str, ...] = _row((), "bind paths SRC[:DST[:ro|rw]], comma-separated", _words)
+    binds: tuple[str, ...] = _row(
+        (),
+        "bind paths SRC[:DST[:ro|rw]], comma-separated",
+        _words,
+        option_override="--bind",
+        short="-B",
+        metavar="SRC[:DST[:ro|rw]]",
+    )
     nv: bool = _row(False, "give the container the task's NVIDIA GPUs", _flag)
     overlay: str | None = _row(None, "overlay image FILE[:ro] (apptainer, singularity)", _text)
     env_file: str | None = _row(None, "file of NAME=VALUE lines for the container", _text)
@@ -188,7 +211,7 @@ class Settings:
     image_python: str | None = _row(
         None,
         "the image's Python that runs the carried ctrain launch (default: the command's own "
-        "interpreter, else python3 on the image's PATH)",
+        "interpreter when it is a Python, else python3, then python, on the image's PATH)",
         _text,
         metavar="PATH",
     )
@@ -249,12 +272,14 @@ class Settings:
         "seconds from SIGTERM within which a training checkpoints and exits, or else ends "
         "without a checkpoint (below Slurm's KillWait, 30 s by default, or GraceTime)",
         _positive_int,
+        flagless=TRAINING_READS,
     )
     stall_timeout: int = _row(
         1800,
         "seconds without a training step after which a rank in fit ends itself as stuck (exit "
         "124); room for the first step's compilation, validation and checkpoints; 0: off",
         _non_negative_int,
+        flagless=TRAINING_READS,
     )
     doctor_network: bool = _row(
         False, "check the interconnect instead (ctrain doctor)", _flag, option_override="--network"
@@ -265,12 +290,14 @@ class Settings:
         "job scripts check every node before training and after a failed step, and requeue "
         "the job without a node that fails (ctrain job preflight)",
         _flag,
+        flagless=PREFLIGHT_READS,
     )
     preflight_free: int = _row(
         1,
         "GiB the preflight asks to be free in the job's directory and each node's /tmp",
         _positive_int,
         metavar="GIB",
+        flagless=PREFLIGHT_READS,
     )
     fault_retries: int = _row(
         3,
@@ -278,6 +305,7 @@ class Settings:
         "killed or stalled); the time limit's and preemption's requeues are not counted",
         _non_negative_int,
         metavar="N",
+        flagless=PREFLIGHT_READS,
     )
 
     remote: str | None = _row(
@@ -301,6 +329,7 @@ class Settings:
         "ControlPersist: seconds, or e.g. 30m)",
         _persist,
         metavar="TIME",
+        flagless="every connection to a remote (`--on`) reads it, whichever command opens it",
     )
 
     # What only ``ctrain bench`` reads (BENCH_PREFIX; env CTRAIN_BENCH_*).

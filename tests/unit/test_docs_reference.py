@@ -18,8 +18,9 @@ import pytest
 from ctrain import errors, matrix
 from ctrain.cli import COMMANDS
 from ctrain.cli import main as root
-from ctrain.settings_table import SETTINGS
-from tests.helpers import DOCS_REFERENCE, REPO, docs_reference
+from ctrain.cli._options import setting_option, written
+from ctrain.settings_table import SETTINGS, Value
+from tests.support.helpers import DOCS_REFERENCE, REPO, docs_reference
 
 SCRIPT = DOCS_REFERENCE
 ref = docs_reference()
@@ -64,12 +65,39 @@ def test_every_setting_is_a_row_with_its_variable_default_and_flag() -> None:
         if (match := re.match(r"^\| `(\w+)` \|", line))
     }
     assert list(rows) == [setting.name for setting in SETTINGS]
+    flags = ref.setting_flags()
     for setting in SETTINGS:
         row = rows[setting.name]
         assert f"`{setting.env}`" in row
-        assert f"`{ref.show_default(setting.default)}`" in row.replace("\\|", "|")
+        assert f"`{written(setting.default)}`" in row.replace("\\|", "|")
+        cell = row.split(" | ")[2]
+        if setting.flagless:
+            assert cell == f"config/env only: {ref.escape(setting.flagless)}", setting.name
+        else:
+            assert cell == ", ".join(f"`{flag}`" for flag in flags[setting.name]), setting.name
+    assert "(none)" not in page
     assert "`--image`" in rows["image"]
     assert "`--collective-timeout`" in rows["collective_timeout"]
+    assert rows["binds"].split(" | ")[2] == "`-B`, `--bind`"
+    assert rows["launch"].split(" | ")[2] == "`--no-launch`"
+    assert rows["sync_exclude"].split(" | ")[2] == "`--exclude`"
+
+
+def test_a_flag_is_listed_for_its_option_not_for_its_help() -> None:
+    """``setting_flags`` reads the options ``setting_option`` made; a hand-written option whose
+    help names a setting sets nothing, and is not listed."""
+
+    @click.group()
+    def group() -> None:
+        pass
+
+    @group.command()
+    @setting_option("runtime")
+    @click.option("--image", help="Image. [env CTRAIN_IMAGE; setting image]")
+    def command(**flags: str | None) -> None:
+        pass
+
+    assert ref.setting_flags(group) == {"runtime": ["--runtime"]}
 
 
 @pytest.mark.parametrize(
@@ -83,8 +111,8 @@ def test_every_setting_is_a_row_with_its_variable_default_and_flag() -> None:
         (("a", "b"), "a,b"),
     ],
 )
-def test_a_default_is_shown_as_a_user_writes_it(value: object, shown: str) -> None:
-    assert ref.show_default(value) == shown
+def test_a_default_is_shown_as_a_user_writes_it(value: Value, shown: str) -> None:
+    assert written(value) == shown
 
 
 def subclasses(cls: type) -> set[type]:
@@ -111,7 +139,7 @@ def test_the_exit_code_page_lists_every_error_class_with_its_code() -> None:
 
 
 def test_the_version_page_has_every_row_of_the_matrix_default_first() -> None:
-    page = ref.versions_page()
+    page = ref.versions_page().split("## GPU code and drivers")[0]
     rows = [line for line in page.splitlines() if re.match(r"^\| (\*\*)?\d", line)]
     matrix_rows = matrix.load()
     assert len(rows) == len(matrix_rows)
@@ -120,6 +148,31 @@ def test_the_version_page_has_every_row_of_the_matrix_default_first() -> None:
         for version in (row.tensorflow, row.tf_keras, row.horovod, row.openmpi):
             assert f" {version} " in line or f"**{version}**" in line
         assert row.cuda_wheels[matrix.NCCL] in line
+
+
+def test_the_gpu_code_table_is_the_matrix_and_the_images_page_holds_no_copy() -> None:
+    page = ref.versions_page()
+    gpu_rows = page.split("## GPU code and drivers")[1]
+    lines = [line for line in gpu_rows.splitlines() if re.match(r"^\| \d", line)]
+    matrix_rows = matrix.load()
+    assert len(lines) == len(matrix_rows)
+    for line, row in zip(lines, matrix_rows, strict=True):
+        code = row.gpu_code
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert cells == [
+            row.tensorflow,
+            code.cuda,
+            ", ".join(code.sass),
+            code.ptx,
+            f">= {code.cuda12_driver}",
+            f">= {code.driver}",
+            code.newest,
+        ]
+    images = (REPO / "docs" / "images.md").read_text(encoding="utf-8")
+    assert "(versions.md#gpu-code-and-drivers)" in images
+    tables = [line for line in images.splitlines() if line.startswith("|")]
+    for row in matrix_rows:
+        assert not [line for line in tables if f"| {row.tensorflow} |" in line], row.tensorflow
 
 
 def test_the_patches_column_reads_the_series_of_the_checkout(tmp_path: Path) -> None:

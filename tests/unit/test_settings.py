@@ -19,7 +19,7 @@ from ctrain.cli import _options, main
 from ctrain.errors import ConfigError
 from ctrain.settings import config_files, parse_flag, resolve
 from ctrain.settings_table import BENCH_SETTINGS, CORE_SETTINGS, SETTINGS
-from tests.helpers import docs_reference
+from tests.support.helpers import docs_reference
 
 
 def one(found: settings_table.Settings, name: str) -> tuple[object, str]:
@@ -551,7 +551,10 @@ def test_a_new_row_is_an_option_a_variable_a_typed_field_and_a_reference_line(
 
     runner = CliRunner()
     helped = runner.invoke(engage, ["--help"]).output
-    assert "--warp-factor N  How fast to go. [env CTRAIN_WARP_FACTOR; default 9]" in helped
+    assert (
+        "--warp-factor N How fast to go. [env CTRAIN_WARP_FACTOR; setting warp_factor; default 9]"
+        in " ".join(helped.split())
+    )
     assert runner.invoke(engage, ["--warp-factor", "3"]).output == "3\n"
     assert runner.invoke(engage, [], env={"CTRAIN_WARP_FACTOR": "4"}).output == "4\n"
     refused = runner.invoke(engage, ["--warp-factor", "fast"])

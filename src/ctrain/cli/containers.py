@@ -18,12 +18,10 @@ def common(func: Any) -> Any:
     options = [
         setting_option("runtime"),
         setting_option("nv"),
-        click.option(
-            "-B",
-            "--bind",
-            "bind_flags",
-            multiple=True,
-            help="Bind SRC[:DST[:ro|rw]] (repeatable), added to CTRAIN_BINDS and the config's.",
+        setting_option(
+            "binds",
+            help="Bind a path into the container, added to the binds of the variable and config "
+            "files",
         ),
         setting_option("overlay"),
         click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the container."),
@@ -43,10 +41,13 @@ def common(func: Any) -> Any:
 def _run(
     action: Action,
     image: str | None,
-    bind_flags: tuple[str, ...],
+    binds: tuple[str, ...],
     env_pairs: tuple[str, ...],
-    **flags: Any,
+    explain: bool,
+    **flags: str | None,
 ) -> None:
+    """``action`` with these flags; the ``binds`` given as options are added to the binds
+    setting's (its variable's and config file's), not in their place."""
     import shlex
 
     from ctrain import planner
@@ -55,17 +56,13 @@ def _run(
 
     ctx = click.get_current_context()
     command: tuple[str, ...] = ctx.meta["ctrain.command"]
-    settings = settings_from(
-        {k: v for k, v in flags.items() if k not in ("no_launch", "explain")}
-        | ({"launch": "false"} if flags.get("no_launch") else {})
-    )
-    explain = bool(flags.get("explain"))
+    settings = settings_from(flags)
 
     planned = planner.plan(
         action,
         image=image,
         command=command,
-        bind_flags=bind_flags,
+        bind_flags=binds,
         env_pairs=env_pairs,
         settings=settings,
         environ=os.environ,
@@ -90,12 +87,7 @@ def _run(
 
 @click.command("exec", cls=DashDashCommand)
 @common
-@click.option(
-    "--no-launch",
-    "no_launch",
-    is_flag=True,
-    help="Run CMD as given, not through ctrain launch. [env CTRAIN_LAUNCH=0]",
-)
+@setting_option("launch", help="Run CMD as given, not through ctrain launch")
 @setting_option("image_python")
 @click.option(
     "--explain",
@@ -104,28 +96,32 @@ def _run(
     "Python that runs the launcher, and what it holds (TensorFlow, Keras, tf-keras, Horovod).",
 )
 def exec_(
-    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+    image: str | None,
+    binds: tuple[str, ...],
+    env_pairs: tuple[str, ...],
+    explain: bool,
+    **flags: str | None,
 ) -> None:
     """Run CMD in IMAGE through its entrypoint (ctrain launch): ctrain exec IMAGE -- CMD..."""
-    _run("exec", image, bind_flags, env_pairs, **flags)
+    _run("exec", image, binds, env_pairs, explain, **flags)
 
 
 @click.command("run", cls=DashDashCommand)
 @common
 def run_(
-    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+    image: str | None, binds: tuple[str, ...], env_pairs: tuple[str, ...], **flags: str | None
 ) -> None:
     """Run IMAGE's runscript, with ARGS after --: ctrain run IMAGE -- ARGS..."""
-    _run("run", image, bind_flags, env_pairs, **flags)
+    _run("run", image, binds, env_pairs, False, **flags)
 
 
 @click.command("shell", cls=DashDashCommand)
 @common
 def shell(
-    image: str | None, bind_flags: tuple[str, ...], env_pairs: tuple[str, ...], **flags: Any
+    image: str | None, binds: tuple[str, ...], env_pairs: tuple[str, ...], **flags: str | None
 ) -> None:
     """Open an interactive shell in IMAGE."""
-    _run("shell", image, bind_flags, env_pairs, **flags)
+    _run("shell", image, binds, env_pairs, False, **flags)
 
 
 @click.command("carried")

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ctrain.cli._options import DashDashCommand, setting_option, settings_from
-from ctrain.names import JOB_MODES, RUNTIME_CHOICES
+from ctrain.names import JOB_MODES
+from ctrain.settings_table import BY_NAME
 
 if TYPE_CHECKING:
     from ctrain.slurm.request import JobRequest
 
 Positive = click.IntRange(min=1)
+TEMPLATES = "the template's"  # the default of an option the job template has its own value for
 
 
 def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -36,13 +38,9 @@ def request_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--partition", help="Partition (queue)."),
         click.option("--account", help="Account (project) to charge."),
         click.option("--job-name", help="Job name (squeue, log file name)."),
-        click.option("--image", help="Image for ctrain exec. [env CTRAIN_IMAGE; setting image]"),
-        click.option(
-            "--runtime",
-            type=click.Choice(RUNTIME_CHOICES),
-            help="Runtime in the job. [env CTRAIN_RUNTIME; setting runtime]",
-        ),
-        click.option(
+        setting_option("image", help="Image for ctrain exec", shown_default=TEMPLATES),
+        setting_option("runtime", help="Runtime in the job", shown_default=TEMPLATES),
+        click.option(  # the job's request, written into its script: not the nv setting
             "--nv/--no-nv", default=None, help="Give the container the GPUs. [default: GPUs > 0]"
         ),
         click.option(
@@ -97,7 +95,11 @@ def render(mode: str, **flags: Any) -> None:
 @setting_option("remote")
 @setting_option("sync_exclude")
 def submit(
-    mode: str, save: str | None, remote: str | None, sync_exclude: str | None, **flags: Any
+    mode: str,
+    save: str | None,
+    remote: str | None,
+    sync_exclude: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Render the job script and submit it with sbatch; print the job id.
 
@@ -139,7 +141,7 @@ def submit(
         click.echo(warning, err=True)
 
 
-def _submit_on(name: str, mode: str, sync_exclude: str | None, flags: dict[str, Any]) -> None:
+def _submit_on(name: str, mode: str, sync_exclude: tuple[str, ...], flags: dict[str, Any]) -> None:
     import secrets
     import time
 
@@ -171,15 +173,17 @@ SAVED = "ctrain-job.sbatch"  # the script, kept in a submission's directory on t
 
 
 def _options(flags: dict[str, Any]) -> list[str]:
-    """The job options given, as the cluster's ``ctrain job submit`` takes them."""
+    """The job options given, as the cluster's ``ctrain job submit`` takes them (a setting's
+    option as its row spells it)."""
     words: list[str] = []
     for key, value in flags.items():
-        option = "--" + key.replace("_", "-")
+        row = BY_NAME.get(key)
+        option = row.option if row else "--" + key.replace("_", "-")
         if value is None:
             continue
         if key == "nv":
             words.append("--nv" if value else "--no-nv")
-        elif value == "true" and key == "check_network":
+        elif row is not None and row.is_flag:
             words.append(option)
         else:
             words += [option, str(value)]
