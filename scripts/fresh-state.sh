@@ -183,7 +183,7 @@ main() {
             *) die "FRESH_STATE_HIDE=$FRESH_STATE_HIDE: want absolute directories, DIR[:DIR...]" ;;
         esac
     done < <(emptied)
-    # Named after this shell (pid namespace and pid) as tests/scratch.py names its directories: a
+    # Named after this shell (pid namespace and pid) as tests/support/scratch.py names its directories: a
     # test run removes the files of a sandbox that was killed, where this trap never ran.
     state=$(mktemp -d "/var/tmp/ctrain-fresh-state-pid$(readlink /proc/self/ns/pid | tr -dc 0-9).$$-XXXXXX")
     if [ "${FRESH_STATE_KEEP:-}" = 1 ]; then

@@ -38,7 +38,7 @@ else
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
     # Installing openssh-server enables the distribution's sshd on port 22 and starts it where
     # systemd runs (not where a policy-rc.d forbids it, as in a Docker image). The tests start
-    # their own (tests/integration/login_node.py), so one installed here is stopped and disabled;
+    # their own (tests/support/login_node.py), so one installed here is stopped and disabled;
     # an sshd installed before (the machine's own way in) is left alone.
     if [[ " ${missing[*]} " == *" openssh-server "* ]]; then
         echo "system-packages: stopping and disabling the ssh service openssh-server brings"
@@ -61,7 +61,7 @@ fi
 PAM_SERVICE=/etc/pam.d/ctrain-test-sshd
 pam_text=$(cat <<'EOF'
 # Written by ctrain scripts/system-packages.sh for the tests' login node
-# (tests/integration/login_node.py); rewritten when it differs.
+# (tests/support/login_node.py); rewritten when it differs.
 auth     required  pam_oath.so usersfile=/run/ctrain-test-sshd/users.oath window=120
 @include common-account
 @include common-session

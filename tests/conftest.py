@@ -6,7 +6,7 @@ TensorFlow or Horovod tests, or the multi-node ones (marker ``cluster``: the com
 ``make services``).
 
 A module that needs one of the slow builds (images, SIFs, another TensorFlow's venv) says so with
-the marker ``builds(NAME, ...)`` (tests/integration/images/lanes.py). The run starts those builds
+the marker ``builds(NAME, ...)`` (tests/support/images/lanes.py). The run starts those builds
 in the background before its first test and runs the unit tests first, then the integration
 modules that need no build, then the others in the order their builds should be ready.
 """
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import scratch
-from tests.integration.images import background, lanes
-from tests.users import ensure_test_user
+from tests.support import scratch
+from tests.support.images import background, lanes
+from tests.support.users import ensure_test_user
 
 CLUSTER_PARTITION = "cluster"  # scripts/cluster.sh: compute hosts cn01..cnNN
 CLUSTER_NODES = 3  # as many as `make services` makes (NODES=3); the tests use up to 3
@@ -151,7 +151,7 @@ LEFTOVERS: list[Path] = []
 
 
 def pytest_sessionstart() -> None:
-    """Remove the directories killed runs left under /var/tmp (tests/scratch.py)."""
+    """Remove the directories killed runs left under /var/tmp (tests/support/scratch.py)."""
     LEFTOVERS.extend(scratch.remove_leftovers())
 
 
@@ -161,12 +161,12 @@ def pytest_sessionfinish() -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if LEFTOVERS:
-        terminalreporter.write_sep("=", "removed, left by killed runs (tests/scratch.py)")
+        terminalreporter.write_sep("=", "removed, left by killed runs (tests/support/scratch.py)")
         for path in LEFTOVERS:
             terminalreporter.write_line(str(path))
     done = background.report()
     if done:
-        terminalreporter.write_sep("=", "builds (tests/integration/images)")
+        terminalreporter.write_sep("=", "builds (tests/support/images)")
         for line in done:
             terminalreporter.write_line(line)
 
@@ -188,9 +188,9 @@ def cluster_tmp() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def charliecloud_image() -> Iterator[Path]:
     """The CI CPU image as a Charliecloud directory, pulled once per session by ctrain into a
-    cache every compute host sees; removed at the end (tests/integration/charliecloud.py).
+    cache every compute host sees; removed at the end (tests/support/charliecloud_image.py).
     $CTRAIN_TEST_CHARLIECLOUD_IMAGE names one converted before, used as it is."""
-    from tests.integration.charliecloud import pull_cpu_image
+    from tests.support.charliecloud_image import pull_cpu_image
 
     given = os.environ.get("CTRAIN_TEST_CHARLIECLOUD_IMAGE")
     if given:
@@ -206,10 +206,10 @@ def podman_cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     by `ctrain pull --runtime podman`, once per session: it stays in the store for the session, so
     a later pull of an image on it (test_foreign_images) fetches only the layers above; removed
     at the end when this session put it there."""
-    from tests.helpers import REGISTRY, run_ctrain
-    from tests.integration.images import ci_cpu_image
-    from tests.integration.jobs import clean_env
-    from tests.integration.podman import podman, present
+    from tests.support.helpers import REGISTRY, run_ctrain
+    from tests.support.images import ci_cpu_image
+    from tests.support.podman_cli import podman, present
+    from tests.support.real_runs import clean_env
 
     built = ci_cpu_image()
     ref = f"{REGISTRY}/{built}"
@@ -230,7 +230,8 @@ def podman_cpu_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def test_user() -> pwd.struct_passwd:
-    """The unprivileged user ``ctrain-test`` with every group a test needs (tests/users.py)."""
+    """The unprivileged user ``ctrain-test`` with every group a test needs
+    (tests/support/users.py)."""
     return ensure_test_user()
 
 

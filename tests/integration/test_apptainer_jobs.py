@@ -37,12 +37,11 @@ from ctrain import references
 from ctrain.images import sif_header
 from ctrain.images.record import IMAGES_DIR, read_sidecar, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
-from tests.helpers import REGISTRY, need, registry_up
-
-from .images import DEFAULT, LABEL_PINS, ci_cpu_sif, ci_cpu_sif_in_registry, pins
-from .jobs import BIN
-from .multinode import OPENMPI_ON_THE_CLUSTER
-from .slurm_jobs import (
+from tests.support.helpers import REGISTRY, need, registry_up
+from tests.support.images import DEFAULT, LABEL_PINS, ci_cpu_sif, ci_cpu_sif_in_registry, pins
+from tests.support.multinode import OPENMPI_ON_THE_CLUSTER
+from tests.support.real_runs import BIN
+from tests.support.slurm_jobs import (
     RESUMABLE,
     final_weights,
     holds,

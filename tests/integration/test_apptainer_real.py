@@ -28,12 +28,19 @@ from ctrain import references
 from ctrain.images import sif_header
 from ctrain.images.record import IMAGES_DIR, archive_stamp, sidecar_of
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
-from tests.helpers import CTRAIN, REGISTRY, SYSTEM_PATH, need, registry_up, run_ctrain, wait_for
-from tests.users import TEST_USER, user_source
-
-from . import passthrough
-from .images import busybox_base, ctrain_min_image
-from .jobs import clean_env, run
+from tests.support import passthrough
+from tests.support.helpers import (
+    CTRAIN,
+    REGISTRY,
+    SYSTEM_PATH,
+    need,
+    registry_up,
+    run_ctrain,
+    wait_for,
+)
+from tests.support.images import busybox_base, ctrain_min_image
+from tests.support.real_runs import clean_env, run
+from tests.support.users import TEST_USER, user_source
 
 TIMEOUT = 180
 RUNUSER = "/usr/sbin/runuser"  # util-linux's, where Debian keeps it

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import TINY, check_outputs, clean_env
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import TINY, check_outputs, clean_env
 
 
 def bench(out: Path, *args: str) -> subprocess.CompletedProcess[str]:

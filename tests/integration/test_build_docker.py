@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .images import base_image
-from .jobs import clean_env
+from tests.support.helpers import CTRAIN
+from tests.support.images import base_image
+from tests.support.real_runs import clean_env
 
 
 @pytest.mark.docker

@@ -6,7 +6,7 @@ flavour of the default TensorFlow built on this GPU-less machine, its own `horov
 --check-build` gate passing with NCCL marked. No test names a version: they are the matrix's.
 
 Builds go through the Makefile (`make wheelhouse`, `make image-cpu`, `make image`, `make push`)
-with Docker (APPTAINER blanked: tests/integration/images.make). Docker's layer cache and pip's
+with Docker (APPTAINER blanked: tests/support/images.make). Docker's layer cache and pip's
 cache live outside the repository, so a warm run rebuilds nothing."""
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REGISTRY
-
-from .images import (
+from tests.support.helpers import CTRAIN, REGISTRY
+from tests.support.images import (
     BUILD_TIMEOUT,
     DEFAULT,
     LABEL_PINS,
@@ -33,9 +32,9 @@ from .images import (
     make,
     pins,
 )
-from .jobs import TINY, clean_env, reports, run
+from tests.support.real_runs import TINY, clean_env, reports, run
 
-SCRIPTS = REPO / "tests" / "integration" / "scripts"
+SCRIPTS = REPO / "tests" / "scripts"
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.builds("cpu-image", "other-cpu-images", "gpu-image"),

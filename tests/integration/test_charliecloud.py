@@ -3,7 +3,7 @@
 directory; the pull's reuse; and a 2-rank ``srun`` multiworker training through ch-run.
 
 The image is the CI CPU image converted once per session (``charliecloud_image``,
-tests/integration/charliecloud.py)."""
+tests/support/charliecloud_image.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, SYSTEM_PATH, wait_for
-from tests.users import TEST_USER, user_source
-
-from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
-from .jobs import SCRIPTS, clean_env, run
-from .multinode import probe, reports, same_weights
+from tests.support.charliecloud_image import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
+from tests.support.helpers import CTRAIN, SYSTEM_PATH, wait_for
+from tests.support.multinode import probe, reports, same_weights
+from tests.support.real_runs import SCRIPTS, clean_env, run
+from tests.support.users import TEST_USER, user_source
 
 TIMEOUT = 120
 USER_ENV = {"PATH": f"/usr/sbin:{SYSTEM_PATH}"}  # runuser is in /usr/sbin; nothing else

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import CheckpointError
-
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
 UNITS = "20000"  # about 2.4 MB a checkpoint (weights and Adam's two slots)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 WRITER = SCRIPTS / "ckpt_writer.py"
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]

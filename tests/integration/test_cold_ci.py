@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
-
-from .fresh_state import in_fresh_state
+from tests.support.fresh_state import in_fresh_state
+from tests.support.helpers import REPO
 
 COLD_CI = str(REPO / "scripts" / "cold-ci.sh")
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import clean_env
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import clean_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]
 CLASSES = {"circle": 0, "square": 1, "stripes": 2}

@@ -23,9 +23,8 @@ import pytest
 
 from ctrain.images import docker_api
 from ctrain.util.progress import Event
-from tests.helpers import CTRAIN, REGISTRY, ctrain_env, need, registry_up, run_ctrain
-
-from .images import busybox_base
+from tests.support.helpers import CTRAIN, REGISTRY, ctrain_env, need, registry_up, run_ctrain
+from tests.support.images import busybox_base
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import run_ctrain
+from tests.support.helpers import run_ctrain
 
 
 @pytest.mark.tensorflow

@@ -1,9 +1,9 @@
-"""``ctrain pull --runtime pyxis`` for real through the enroot stand-in (tests/fake_pyxis.py): the
-image is fetched from the local registry over HTTP and made into a squashfs file by mksquashfs,
-into ctrain's cache with enroot's paths there (nothing under $HOME); a second pull, and
-``ctrain resolve``, find it recorded and import nothing; an import stopped half-way leaves no
-file; a pull waits for another that holds the lock. The stand-in is enroot as documented, not
-enroot itself (README)."""
+"""``ctrain pull --runtime pyxis`` for real through the enroot stand-in
+(tests/support/fake_pyxis.py): the image is fetched from the local registry over HTTP and made into
+a squashfs file by mksquashfs, into ctrain's cache with enroot's paths there (nothing under $HOME);
+a second pull, and ``ctrain resolve``, find it recorded and import nothing; an import stopped
+half-way leaves no file; a pull waits for another that holds the lock. The stand-in is enroot as
+documented, not enroot itself (README)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from ctrain.images import pull
 from ctrain.images.stores import enroot
 from ctrain.images.stores.base import PullAsk
 from ctrain.util import locks
-from tests import fake_pyxis
-from tests.helpers import (
+from tests.support import fake_pyxis
+from tests.support.helpers import (
     CTRAIN,
     REGISTRY,
     ctrain_env,
@@ -32,8 +32,7 @@ from tests.helpers import (
     sandbox,
     wait_for,
 )
-
-from .registry_push import BUSYBOX, ENV, push_tiny
+from tests.support.registry_push import BUSYBOX, ENV, push_tiny
 
 pytestmark = pytest.mark.timeout(180)
 TIMEOUT = 120

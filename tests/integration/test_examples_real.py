@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import BIN, clean_env, run
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import BIN, clean_env, run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-from tests.users import TEST_USER, user_source
-
-from . import passthrough
-from .images import ctrain_min_image
-from .jobs import clean_env, run
+from tests.support import passthrough
+from tests.support.helpers import CTRAIN
+from tests.support.images import ctrain_min_image
+from tests.support.real_runs import clean_env, run
+from tests.support.users import TEST_USER, user_source
 
 pytestmark = pytest.mark.docker
 

@@ -1,7 +1,7 @@
 """ctrain exec/run/shell on real podman: binds, ownership, environment, exit codes, signals,
 working directory, a 2-rank training under srun, and what `ctrain doctor` says of podman.
 
-Rootful podman runs the CPU image (tests/integration/images.ci_cpu_image(), pushed to the local
+Rootful podman runs the CPU image (tests/support/images.ci_cpu_image(), pushed to the local
 registry and pulled into podman's store by `ctrain pull --runtime podman` once per session,
 removed at the session's end when the session put it there: tests/conftest.py). The ownership
 and rootless-doctor tests run ctrain as a plain user on rootless podman with a busybox image."""
@@ -20,12 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, run_ctrain
-from tests.users import TEST_USER
-
-from . import passthrough
-from .jobs import TRAIN, clean_env, reports, run
-from .podman import TIMEOUT, as_user, push_busybox
+from tests.support import passthrough
+from tests.support.helpers import CTRAIN, run_ctrain
+from tests.support.podman_cli import TIMEOUT, as_user, push_busybox
+from tests.support.real_runs import TRAIN, clean_env, reports, run
+from tests.support.users import TEST_USER
 
 pytestmark = [
     pytest.mark.podman,

@@ -29,13 +29,12 @@ import pytest
 
 import ctrain
 from ctrain import matrix
-from tests.helpers import CTRAIN, REGISTRY, run_ctrain
-
-from .images import DEFAULT, busybox_base, foreign
-from .images.foreign import layered
-from .jobs import SCRIPTS, clean_env, reports, run
-from .podman import podman, present
-from .slurm_jobs import log, render, submit, wait_done
+from tests.support.helpers import CTRAIN, REGISTRY, run_ctrain
+from tests.support.images import DEFAULT, busybox_base, foreign
+from tests.support.images.foreign import layered
+from tests.support.podman_cli import podman, present
+from tests.support.real_runs import SCRIPTS, clean_env, reports, run
+from tests.support.slurm_jobs import log, render, submit, wait_done
 
 pytestmark = [pytest.mark.docker, pytest.mark.builds("foreign"), pytest.mark.timeout(600)]
 
@@ -156,7 +155,7 @@ def test_horovod_mode_without_horovod_is_refused_before_the_script(
 @pytest.mark.parametrize("which", ["no-python", "old-python", "no-tensorflow"])
 def test_an_image_ctrain_cannot_run_in_is_refused_in_one_line(which: str, work: Path) -> None:
     if which == "no-tensorflow":  # Python 3.11 without TensorFlow: ctrain's minimal image
-        from .images import ctrain_min_image
+        from tests.support.images import ctrain_min_image
 
         image, command = ctrain_min_image(), ("python3", "train_tiny.py", "out")
     else:

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
-
-from .fresh_state import in_fresh_state
+from tests.support.fresh_state import in_fresh_state
+from tests.support.helpers import REPO
 
 # What fresh-state.sh runs: itself and the two scripts whose `paths` it reads.
 SCRIPTS = ("fresh-state.sh", "services.sh", "cluster.sh", "apptainer.sh")

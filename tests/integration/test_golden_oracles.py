@@ -1,7 +1,7 @@
 """Every argv in tests/unit/golden/runtimes.json, run: the golden file is pinned by what the
 command inside the container sees, not by the code that wrote it.
 
-apptainer and singularity argvs run through the Apptainer stand-in (tests/fake_apptainer.py,
+apptainer and singularity argvs run through the Apptainer stand-in (tests/support/fake_apptainer.py,
 which refuses the flags real Apptainer refuses) with a SIF-shaped image whose PATH leads to a
 probe; the apptainer argvs also through the real Apptainer with a real SIF holding the same
 probe, both reports held to the same expectation (the stand-in's differential test); docker
@@ -33,9 +33,9 @@ import pytest
 
 from ctrain.container.runtimes import Request, plan_invocation
 from ctrain.releases import RuntimeVersion, parse_version
-from tests import fake_apptainer
-from tests.helpers import REPO, need
-from tests.unit.container.host_env import HOST_ENV
+from tests.support import fake_apptainer
+from tests.support.helpers import REPO, need
+from tests.support.host_env import HOST_ENV
 
 GOLDEN = json.loads((REPO / "tests" / "unit" / "golden" / "runtimes.json").read_text())
 BUSYBOX = Path("/bin/busybox")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import BIN, SYSTEM_PATH, run_ctrain, sandbox
+from tests.support.helpers import BIN, SYSTEM_PATH, run_ctrain, sandbox
 
 pytestmark = pytest.mark.tensorflow
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, wait_for
-
-from .jobs import clean_env, run
+from tests.support.helpers import CTRAIN, wait_for
+from tests.support.real_runs import clean_env, run
 
 pytestmark = pytest.mark.slurm
 

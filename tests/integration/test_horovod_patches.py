@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from ctrain import matrix
-from tests.helpers import REPO, printed_json
-
-from .jobs import BIN, SCRIPTS, clean_env, run
+from tests.support.helpers import REPO, printed_json
+from tests.support.real_runs import BIN, SCRIPTS, clean_env, run
 
 pytestmark = pytest.mark.modes
 TF_VERSION = importlib.metadata.version("tensorflow")

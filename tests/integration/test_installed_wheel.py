@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.cli import COMMANDS
-from tests.helpers import REPO
-
-from .jobs import TINY, check_outputs, clean_env
+from tests.support.helpers import REPO
+from tests.support.real_runs import TINY, check_outputs, clean_env
 
 INSTALL_TIMEOUT = 600
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, ctrain_env, run_ctrain, wait_for
-from tests.users import TEST_USER
-
-from .slurm_jobs import job_argv, job_env, sh
+from tests.support.helpers import CTRAIN, ctrain_env, run_ctrain, wait_for
+from tests.support.slurm_jobs import job_argv, job_env, sh
+from tests.support.users import TEST_USER
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 TIMEOUT = 60  # each ctrain command; a job here waits only for a free core

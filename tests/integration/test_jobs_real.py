@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from .images import ci_cpu_image
-from .jobs import BIN
-from .slurm_jobs import (
+from tests.support.images import ci_cpu_image
+from tests.support.real_runs import BIN
+from tests.support.slurm_jobs import (
     EPOCHS,
     RESUMABLE,
     final_weights,

@@ -24,10 +24,9 @@ from pathlib import Path
 import pytest
 
 from ctrain.names import JOB_MODES
-from tests.helpers import CTRAIN, REPO
-from tests.unit.slurm.job_cases import CASES
-
-from .jobs import clean_env
+from tests.support.helpers import CTRAIN, REPO
+from tests.support.job_cases import CASES
+from tests.support.real_runs import clean_env
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import BIN, clean_env, run
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import BIN, clean_env, run
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 SRUN = ["srun", "-t", "5", "--kill-on-bad-exit=1", "-n", "2"]

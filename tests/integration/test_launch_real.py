@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import clean_env, reports, run, train
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import clean_env, reports, run, train
 
 DEAD_PROXY = "http://127.0.0.1:9"  # nothing listens on the discard port
 SRUN = ["srun", "-t", "5", "--kill-on-bad-exit=1"]

@@ -1,4 +1,4 @@
-"""The tests' login node (tests/integration/login_node.py) with plain OpenSSH, as ``ctrain remote``
+"""The tests' login node (tests/support/login_node.py) with plain OpenSSH, as ``ctrain remote``
 will use it: one code for many connections through a ControlMaster, rsync over that master, a
 wrong code refused, ``ssh -O exit``; and ctrain runs there as the remote user."""
 
@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 import ctrain
-from tests.helpers import SYSTEM_PATH, need
-
-from .login_node import LoginNode, login_node, missing
+from tests.support.helpers import SYSTEM_PATH, need
+from tests.support.login_node import LoginNode, login_node, missing
 
 pytestmark = pytest.mark.timeout(120)
 

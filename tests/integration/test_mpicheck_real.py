@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CTRAIN, SRC
-
-from .images import BUILD_TIMEOUT, ci_cpu_image, ci_cpu_sif
-from .jobs import clean_env, run
+from tests.support.helpers import CTRAIN, SRC
+from tests.support.images import BUILD_TIMEOUT, ci_cpu_image, ci_cpu_sif
+from tests.support.real_runs import clean_env, run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.horovod, pytest.mark.builds("cpu-image", "cpu-sif")]
 

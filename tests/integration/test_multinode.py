@@ -18,10 +18,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import CLUSTER_PARTITION
-from tests.helpers import CTRAIN
-
-from .jobs import clean_env, run
-from .multinode import (
+from tests.support.helpers import CTRAIN
+from tests.support.multinode import (
     SRUN,
     STEP_TIMEOUT,
     cluster_env,
@@ -32,6 +30,7 @@ from .multinode import (
     same_weights,
     worker_hosts,
 )
+from tests.support.real_runs import clean_env, run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cluster, pytest.mark.tensorflow]
 

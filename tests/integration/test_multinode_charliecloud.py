@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .charliecloud import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
-from .jobs import SCRIPTS, run
-from .multinode import (
+from tests.support.charliecloud_image import OUT_DIR, PULL_TIMEOUT, SCRIPT_DIR
+from tests.support.helpers import CTRAIN
+from tests.support.multinode import (
     PROBE,
     SRUN,
     STEP_TIMEOUT,
@@ -27,7 +25,8 @@ from .multinode import (
     same_weights,
     worker_hosts,
 )
-from .slurm_jobs import sh
+from tests.support.real_runs import SCRIPTS, run
+from tests.support.slurm_jobs import sh
 
 pytestmark = [
     pytest.mark.slurm,

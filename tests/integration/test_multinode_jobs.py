@@ -25,10 +25,9 @@ import pytest
 
 from ctrain.launch.hostlist import expand_hostlist
 from tests.conftest import CLUSTER_PARTITION, cluster_dir
-from tests.helpers import REPO, wait_for
-
-from .multinode import OPENMPI_ON_THE_CLUSTER
-from .slurm_jobs import (
+from tests.support.helpers import REPO, wait_for
+from tests.support.multinode import OPENMPI_ON_THE_CLUSTER
+from tests.support.slurm_jobs import (
     EPOCHS,
     RESUMABLE,
     final_weights,

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CLUSTER_PARTITION
-from tests.helpers import CTRAIN
-
-from .jobs import clean_env, run
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import clean_env, run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.cluster]
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CTRAIN, printed_json
-
-from .jobs import BIN, clean_env, run
+from tests.support.helpers import CTRAIN, printed_json
+from tests.support.real_runs import BIN, clean_env, run
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PYTHON = str(BIN / "python")

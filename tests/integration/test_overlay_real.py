@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctrain.images import overlay
-from tests.helpers import need, run_ctrain, sandbox
+from tests.support.helpers import need, run_ctrain, sandbox
 
 SBIN_PATH = "/usr/sbin:/sbin"
 TOOLS = ("mkfs.ext3", "dumpe2fs", "debugfs", "e2fsck")

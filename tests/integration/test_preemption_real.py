@@ -17,9 +17,8 @@ from ctrain.launch.keras import STARTUP_HOOK
 from ctrain.names import Launched, Mode
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
 from ctrain.util.shipped import shipped_dir
-from tests.helpers import CTRAIN, SRC
-
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.helpers import CTRAIN, SRC
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
 pytestmark = [pytest.mark.tensorflow, pytest.mark.timeout(600)]

@@ -27,9 +27,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import wait_for
-
-from .slurm_jobs import (
+from tests.support.helpers import wait_for
+from tests.support.slurm_jobs import (
     RESUMABLE,
     final_weights,
     holds,

@@ -16,9 +16,8 @@ import pytest
 
 from ctrain import references
 from ctrain.images.record import read_sidecar
-from tests.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
-
-from .images import BUSYBOX, busybox_tar
+from tests.support.helpers import REGISTRY, need, registry_up, run_ctrain, start_ctrain
+from tests.support.images import BUSYBOX, busybox_tar
 
 pytestmark = pytest.mark.docker
 

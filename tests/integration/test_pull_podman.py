@@ -14,9 +14,8 @@ import pytest
 
 from ctrain import references
 from ctrain.images.record import read_sidecar
-from tests.helpers import REGISTRY, run_ctrain
-
-from .podman import TIMEOUT, podman, present, pull_events, push_busybox
+from tests.support.helpers import REGISTRY, run_ctrain
+from tests.support.podman_cli import TIMEOUT, podman, present, pull_events, push_busybox
 
 pytestmark = [pytest.mark.podman, pytest.mark.timeout(TIMEOUT * 2)]
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REGISTRY, REPO, need, registry_up
-
-from .images import ci_cpu_sif_in_registry
-from .jobs import clean_env, run
+from tests.support.helpers import REGISTRY, REPO, need, registry_up
+from tests.support.images import ci_cpu_sif_in_registry
+from tests.support.real_runs import clean_env, run
 
 pytestmark = [
     pytest.mark.apptainer,

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, wait_for
-
-from .jobs import BIN, clean_env
-from .multinode import SRUN, STEP_TIMEOUT, cluster_env, probe
+from tests.support.helpers import CTRAIN, wait_for
+from tests.support.multinode import SRUN, STEP_TIMEOUT, cluster_env, probe
+from tests.support.real_runs import BIN, clean_env
 
 ENDS_WITHIN = 60.0  # seconds from the kill to the launcher's end
 EPOCHS = 100_000  # trains until a rank is killed

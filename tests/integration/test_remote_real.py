@@ -25,11 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, ctrain_env, need, snapshot, wait_for
-
-from .images import foreign
-from .jobs import clean_env
-from .login_node import LoginNode, login_node, missing
+from tests.support.helpers import CTRAIN, ctrain_env, need, snapshot, wait_for
+from tests.support.images import foreign
+from tests.support.login_node import LoginNode, login_node, missing
+from tests.support.real_runs import clean_env
 
 pytestmark = [
     pytest.mark.slurm,
@@ -39,7 +38,7 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-SCRIPT = Path(__file__).parent / "scripts" / "train_outputs.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "train_outputs.py"
 TIMEOUT = 120
 LAYOUT = ["--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "1", "--mem", "1G"]
 LAYOUT += ["--time", "10"]

@@ -27,10 +27,9 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import wait_for
-
-from .jobs import clean_env
-from .slurm_jobs import (
+from tests.support.helpers import wait_for
+from tests.support.real_runs import clean_env
+from tests.support.slurm_jobs import (
     RANKS,
     RESUMABLE,
     final_weights,

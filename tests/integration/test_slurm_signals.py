@@ -1,7 +1,7 @@
 """The warning signal sent by Slurm itself, through every job script that supports preemption.
 
 Each script is rendered with a two-minute time limit and ``--signal=B:USR2@70``; no test sends
-a signal. Every rank holds before a step of the first run (tests/integration/scripts/
+a signal. Every rank holds before a step of the first run (tests/scripts/
 train_resumable.py ``--hold-at``) until the signal comes, so the run cannot end first. Slurm
 checks time limits every 30 s (PERIODIC_TIMEOUT in slurmctld) and sends the warning at the
 first check past ``limit - 70 s - 30 s``: 20 to 50 s into the run, 70 to 100 s before the
@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import REQUEUE_EXIT_CODE
-from tests.helpers import wait_for
-
-from .slurm_jobs import (
+from tests.support.helpers import wait_for
+from tests.support.slurm_jobs import (
     RESUMABLE,
     final_weights,
     job_record,

@@ -1,6 +1,6 @@
-"""The Apptainer stand-in (tests/fake_apptainer.py) against the real Apptainer on what ctrain's
-unit tests lean on it for: pull, build and overlay create (the same exit status and the same
-files left), and exec and run beyond ctrain's own argvs (test_golden_oracles.py has those): the
+"""The Apptainer stand-in (tests/support/fake_apptainer.py) against the real Apptainer on what
+ctrain's unit tests lean on it for: pull, build and overlay create (the same exit status and the
+same files left), and exec and run beyond ctrain's own argvs (test_golden_oracles.py has those): the
 environment (evaluated and verbatim, --cleanenv, --env-file, PATH edits, HOME, the legacy
 SINGULARITYENV_ prefix), exit statuses and signals, --cwd, binds, overlay locks, the runscript,
 labels (the same exit status and output, and what each says on stderr where the case names it).
@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_apptainer
-from tests.helpers import REGISTRY, need, registry_up
-
-from .images import busybox_base
+from tests.support import fake_apptainer
+from tests.support.helpers import REGISTRY, need, registry_up
+from tests.support.images import busybox_base
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.docker, pytest.mark.timeout(600)]
 TIMEOUT = 120

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN
-
-from .jobs import clean_env, run
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import clean_env, run
 
 SRUN = ["srun", "-t", "5", "--kill-on-bad-exit=1"]
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")

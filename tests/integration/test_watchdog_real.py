@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.errors import STALLED_EXIT_CODE
-from tests.helpers import CTRAIN
-
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.helpers import CTRAIN
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
 MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "--bind-to", "none", "--tag-output"]

@@ -8,10 +8,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.helpers import CTRAIN
-
-from .images import ci_cpu_image
-from .jobs import clean_env
+from tests.support.helpers import CTRAIN
+from tests.support.images import ci_cpu_image
+from tests.support.real_runs import clean_env
 
 PULL_TIMEOUT = 900  # ch-convert unpacks 2.7 GB; minutes on the 2 shared cores
 SCRIPT_DIR = "/srv"  # where the tests bind their scripts: a directory the image has

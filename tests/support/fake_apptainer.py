@@ -1,7 +1,8 @@
 """The one stand-in for ``apptainer`` (and ``singularity``) in ctrain's tests; its parts live in
-tests/standin/, pinned to /work/shared/apptainer-facts.md by tests/unit/test_fake_apptainer*.py.
-It is not Apptainer: it runs the command on the host, in the environment and working directory
-Apptainer would give it, so a wrong argv or environment fails as it would on a cluster.
+tests/support/standin/, pinned to /work/shared/apptainer-facts.md by
+tests/unit/test_fake_apptainer*.py. It is not Apptainer: it runs the command on the host, in the
+environment and working directory Apptainer would give it, so a wrong argv or environment fails as
+it would on a cluster.
 
 ``install(bin_dir, name)`` puts a launcher in a bin dir (run by the tests' interpreter, ``-I -S``:
 standard library only). Each call appends a JSON line to $FAKE_APPTAINER_LOG (``calls`` reads
@@ -77,13 +78,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import Sandbox, sandbox
-from tests.standin.remote import DEFAULT_PATH, modelled
-from tests.standin.sif import is_sif, make_sif, sif_bytes
+from tests.support.helpers import Sandbox, sandbox
+from tests.support.standin.remote import DEFAULT_PATH, modelled
+from tests.support.standin.sif import is_sif, make_sif, sif_bytes
 
 __all__ = ["DEFAULT_PATH", "calls", "ctrain_image_env", "downloads", "install", "is_sif",
            "make_sif", "pulled_bytes", "sif_bytes", "with_standin"]  # fmt: skip
-ROOT = Path(__file__).resolve().parent.parent  # the checkout holding tests/standin
+ROOT = Path(__file__).resolve().parents[2]  # the checkout holding tests/support/standin
 
 
 def install(bin_dir: Path, name: str = "apptainer") -> Path:
@@ -92,7 +93,7 @@ def install(bin_dir: Path, name: str = "apptainer") -> Path:
     program = bin_dir / name
     program.write_text(
         f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.standin.main import main\nsys.exit(main(sys.argv, dict(os.environ)))\n"
+        "from tests.support.standin.main import main\nsys.exit(main(sys.argv, dict(os.environ)))\n"
     )
     program.chmod(0o755)
     return program
@@ -129,7 +130,7 @@ def pulled_bytes(ref: str, payload: int = 65536, image_env: str = "") -> bytes:
 def ctrain_image_env() -> dict[str, str]:
     """An image environment in which ``ctrain`` (this checkout's) runs: for make_sif and,
     as JSON, FAKE_APPTAINER_IMAGE_ENV."""
-    from tests.helpers import BIN, SRC
+    from tests.support.helpers import BIN, SRC
 
     return {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import sandbox
+from tests.support.helpers import sandbox
 
 FAKE_STEP = """#!/bin/bash
 # A stand-in for srun/mpirun: records its argv, then exits as FAKE_MODE says.

@@ -1,5 +1,5 @@
 """The one stand-in for pyxis (NVIDIA's srun plugin) and enroot in ctrain's tests; its parts
-live in tests/standin_pyxis/ (srun, options, task: pyxis; enroot: enroot's import). pyxis
+live in tests/support/standin_pyxis/ (srun, options, task: pyxis; enroot: enroot's import). pyxis
 cannot be installed here (it is a plugin built against the site's Slurm, and enroot needs its
 own setup); every behaviour below cites its source in
 docs/pyxis-facts.md (section in brackets), which cites pyxis' and enroot's code and docs.
@@ -70,7 +70,7 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout holding tests/standin_pyxis
+ROOT = Path(__file__).resolve().parents[2]  # the checkout holding tests/support/standin_pyxis
 
 
 def install(bin_dir: Path) -> Path:
@@ -82,7 +82,7 @@ def install(bin_dir: Path) -> Path:
     program = bin_dir / "srun"
     program.write_text(
         f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.standin_pyxis.srun import main\n"
+        "from tests.support.standin_pyxis.srun import main\n"
         f"sys.exit(main(sys.argv, dict(os.environ), {real!r}))\n"
     )
     program.chmod(0o755)
@@ -95,7 +95,7 @@ def install_enroot(bin_dir: Path) -> Path:
     program = bin_dir / "enroot"
     program.write_text(
         f"#!{sys.executable} -IS\nimport os, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.standin_pyxis.enroot import main\n"
+        "from tests.support.standin_pyxis.enroot import main\n"
         "sys.exit(main(sys.argv, dict(os.environ)))\n"
     )
     program.chmod(0o755)

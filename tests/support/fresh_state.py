@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 
 def in_fresh_state(

@@ -32,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parent.parent  # the checkout
+REPO = Path(__file__).resolve().parents[2]  # the checkout
 PYPROJECT: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 DOCS_REFERENCE = REPO / "scripts" / "docs-reference.py"
 BIN = Path(sys.executable).parent

@@ -8,7 +8,8 @@ uses (sshd takes its program name for it); ``make system`` writes /etc/pam.d/ctr
 whose users file is ``/run/ctrain-test-sshd/users.oath``. The sshd runs in a mount namespace of
 its own where this session's server directory is bind-mounted on /run/ctrain-test-sshd, so its
 host key, authorized keys and TOTP secret are this session's alone (two runs at once do not
-share a secret) and nothing under /etc changes. It lets in only the test user (tests/users.py).
+share a secret) and nothing under /etc changes. It lets in only the test user
+(tests/support/users.py).
 
 The laptop: root, the user the tests run as, with a key pair, a known_hosts file and an ssh
 config (``ssh -F``: ssh reads ~/.ssh/config from the passwd home, never $HOME) naming the login
@@ -35,9 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests import scratch
-from tests.helpers import wait_for
-from tests.users import ensure_test_user, user_source
+from tests.support import scratch
+from tests.support.helpers import wait_for
+from tests.support.users import ensure_test_user, user_source
 
 SSHD = Path("/usr/sbin/sshd")
 PAM_SERVICE = "ctrain-test-sshd"  # sshd's PAM service is its program name
@@ -62,7 +63,7 @@ class LoginNode:
     ssh_config: Path  # pass with ssh -F (also in rsync -e "ssh -F ...")
     env: Mapping[str, str]  # SSH_ASKPASS answering the right code, SSH_ASKPASS_REQUIRE, DISPLAY
     wrong_code_env: Mapping[str, str]  # the same, answering a wrong code
-    user: str  # the remote user (tests/users.py's TEST_USER)
+    user: str  # the remote user (tests/support/users.py's TEST_USER)
     home: Path  # its home on the login node
     port: int  # sshd's port on 127.0.0.1
     ctrain: Path  # runs this checkout's ctrain as the remote user: python3 -m ctrain "$@"
@@ -174,7 +175,7 @@ def askpass_script(prompts: Path, last_step: Path, secret: str) -> str:
     the last one it answered where that is later."""
     q = shlex.quote
     return f"""#!/bin/sh
-# The login node's second factor (tests/integration/login_node.py): writes the prompt, answers
+# The login node's second factor (tests/support/login_node.py): writes the prompt, answers
 # the next time-based code not used yet.
 set -eu
 printf '%s\\n' "$(printf '%s' "${{1:-}}" | tr '\\n' ' ')" >>{q(str(prompts))}
@@ -194,7 +195,7 @@ def wrong_askpass_script(prompts: Path, secret: str, window: int) -> str:
     q = shlex.quote
     span = window + 2
     return f"""#!/bin/sh
-# The login node's second factor, answered wrong (tests/integration/login_node.py).
+# The login node's second factor, answered wrong (tests/support/login_node.py).
 set -eu
 printf '%s\\n' "$(printf '%s' "${{1:-}}" | tr '\\n' ' ')" >>{q(str(prompts))}
 now=$(( $(date +%s) / {STEP} ))
@@ -208,7 +209,7 @@ printf '%06d\\n' "$code"
 def ctrain_wrapper(source: Path) -> str:
     """``ctrain`` for the remote user: this checkout's source on Debian's Python."""
     return f"""#!/bin/sh
-# ctrain on the login node (tests/integration/login_node.py): this checkout's source on Debian's
+# ctrain on the login node (tests/support/login_node.py): this checkout's source on Debian's
 # own Python.
 PYTHONPATH={shlex.quote(str(source))} exec {PYTHON} -m ctrain "$@"
 """

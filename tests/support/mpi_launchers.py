@@ -3,7 +3,7 @@ of each generation), for the MPI check's tests (launch/mpicheck.py, launch/mpili
 
 from __future__ import annotations
 
-from tests.unit.launch.environs import STEP2
+from tests.support.environs import STEP2
 
 
 def pmix_server(version: str | None, *suffixes: str, **extra: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """What the tests on the compute hosts cn01..cn03 of `make services NODES=3` share
 (docs/cluster.md): OpenMPI on the hosts' network, srun on their partition, and
-scripts/multinode_probe.py, which every rank runs to report what TensorFlow or Horovod itself
+tests/scripts/multinode_probe.py, which every rank runs to report what TensorFlow or Horovod itself
 says about the process (rank, size, local rank), gethostname() and the trained weights."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import CLUSTER_PARTITION
-
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 PROBE = SCRIPTS / "multinode_probe.py"
 SUBNET = "10.77.0.0/24"  # scripts/cluster.sh: the compute hosts' only network

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .jobs import clean_env
+from tests.support.real_runs import clean_env
 
 SCRIPT = "import json, os; print(json.dumps(dict(os.environ)))"  # run with python3 -c
 ARRIVES = {

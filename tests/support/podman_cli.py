@@ -10,11 +10,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.helpers import REGISTRY, need, registry_up
-from tests.users import user_source
-
-from .images import BUSYBOX, busybox_tar
-from .jobs import clean_env
+from tests.support.helpers import REGISTRY, need, registry_up
+from tests.support.images import BUSYBOX, busybox_tar
+from tests.support.real_runs import clean_env
+from tests.support.users import user_source
 
 TIMEOUT = 180
 

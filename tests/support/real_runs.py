@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import scratch
+from tests.support import scratch
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"  # tests/scripts
 TRAIN = SCRIPTS / "train_tiny.py"
 BIN = Path(sys.executable).parent
 LAUNCHER_PREFIXES = ("SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_", "CTRAIN_")

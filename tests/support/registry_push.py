@@ -16,7 +16,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from tests.helpers import REGISTRY
+from tests.support.helpers import REGISTRY
 
 BUSYBOX = Path("/bin/busybox")
 LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"

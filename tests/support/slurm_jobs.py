@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, wait_for
-
-from .jobs import BIN, SCRIPTS, clean_env
+from tests.support.helpers import CTRAIN, wait_for
+from tests.support.real_runs import BIN, SCRIPTS, clean_env
 
 RESUMABLE = SCRIPTS / "train_resumable.py"
 EPOCHS = 5

@@ -21,13 +21,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests import scratch
+from tests.support import scratch
 
 TEST_USER = "ctrain-test"
 TEST_USER_GROUPS = ("docker",)
 SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
 TIMEOUT = 30
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _run(*argv: str) -> None:

@@ -1,4 +1,4 @@
-"""The background builds of a test run (tests/integration/images/background.py and lanes.py):
+"""The background builds of a test run (tests/support/images/background.py and lanes.py):
 one run per build, shared outcomes, waits across threads, processes under nice, and the lanes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.helpers import REPO
-from tests.integration.images import background, lanes
+from tests.support.helpers import REPO
+from tests.support.images import background, lanes
 
 
 def test_once_runs_a_build_once_and_shares_its_result() -> None:
@@ -72,7 +72,7 @@ def in_child(code: str) -> str:
     """``code`` run by a Python of its own with the background module imported (a lane or
     ``stop`` here would reach the builds the run itself has started); what it printed."""
     done = subprocess.run(
-        [sys.executable, "-c", "from tests.integration.images import background\n" + code],
+        [sys.executable, "-c", "from tests.support.images import background\n" + code],
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.settings import resolve
 from ctrain.train import cudalibs
 from ctrain.util import proc
-from tests.unit.container.podman_facts import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
+from tests.support.podman_facts import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
 
 # ---- captured output of the real tools ----
 

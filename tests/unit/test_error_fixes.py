@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import errors
-from tests.helpers import REPO, run_ctrain, sandbox
+from tests.support.helpers import REPO, run_ctrain, sandbox
 
 SRC = REPO / "src" / "ctrain"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import errors
-from tests.helpers import REPO, docs_reference
+from tests.support.helpers import REPO, docs_reference
 
 
 def page_exit_codes() -> dict[int, set[str]]:

@@ -1,7 +1,7 @@
-"""The Apptainer stand-in (tests/fake_apptainer.py) does what /work/shared/apptainer-facts.md says
-Apptainer does: each test cites the facts line it pins (section: row). Run as a program, as
-ctrain runs it; the commands it starts really run. Images, pulls, builds and overlays:
-test_fake_apptainer_images.py."""
+"""The Apptainer stand-in (tests/support/fake_apptainer.py) does what
+/work/shared/apptainer-facts.md says Apptainer does: each test cites the facts line it pins
+(section: row). Run as a program, as ctrain runs it; the commands it starts really run. Images,
+pulls, builds and overlays: test_fake_apptainer_images.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_apptainer
-from tests.helpers import Sandbox, sandbox, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import Sandbox, sandbox, wait_for
 
 IMAGE_PATH = "/opt/img/bin:" + fake_apptainer.DEFAULT_PATH
 # $HOME, backticks, quotes, spaces, a newline: what ctrain must hand over byte for byte
@@ -116,7 +116,7 @@ def test_flags_newer_than_the_version_are_unknown(
     box: Sandbox, program: str, version: str, flag_args: list[str], known: bool
 ) -> None:
     """exec: "--no-eval ... Present in 1.3.6, 1.4.5 and CE 3.11+/4.x" (first releases: 1.1.0
-    and CE 3.10.0, tests/standin/identity.py); build: "--build-arg and %arguments need
+    and CE 3.10.0, tests/support/standin/identity.py); build: "--build-arg and %arguments need
     Apptainer 1.2 or later, or CE 4.0 or later"."""
     done = apptainer(box, *flag_args, program=program, FAKE_APPTAINER_VERSION=version)
     assert ("unknown flag" in done.stderr) is not known, done.stderr

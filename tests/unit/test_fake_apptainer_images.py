@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_apptainer
-from tests.helpers import Sandbox, sandbox, wait_for
-from tests.standin import sif
+from tests.support import fake_apptainer
+from tests.support.helpers import Sandbox, sandbox, wait_for
+from tests.support.standin import sif
 
 LOCAL = "docker://127.0.0.1:5000/ctrain-standin/env:1"
 MODELLED = "docker://registry.example/team/train:1"

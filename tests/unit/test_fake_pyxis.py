@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.standin_pyxis.options import Asked, Mount, Refused, from_environment, ignored, split
-from tests.standin_pyxis.task import Failed, check_image, mount_lines, task_env
+from tests.support.standin_pyxis.options import (
+    Asked,
+    Mount,
+    Refused,
+    from_environment,
+    ignored,
+    split,
+)
+from tests.support.standin_pyxis.task import Failed, check_image, mount_lines, task_env
 
 
 def test_options_in_both_forms_then_the_command() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctrain import matrix
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "horovod-wheel.sh"
 VERSION = "0.28.1"

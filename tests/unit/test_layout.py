@@ -2,7 +2,9 @@
 inside functions as well (an import moved into a function to dodge a cycle is still one); no
 import from a floor up to a higher one (FLOORS); container/ and images/ never import each other
 (what both need lives below them); no module over 400 lines, no function over 60; every module
-is named in the module map at the top of docs/architecture.md."""
+is named in the module map at the top of docs/architecture.md. And on tests/: every module is a
+test module, a conftest.py or an __init__.py, but for the helpers of tests/support/ and the
+training scripts of tests/scripts/."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 SRC = REPO / "src"
 
@@ -243,4 +245,53 @@ def test_a_module_the_map_does_not_name_is_found() -> None:
         "launch/tuning.py",
         "planner.py",
         "util/__init__.py",
+    ]
+
+
+TESTS = REPO / "tests"
+# Where the modules that are not tests live: what the tests share, and the scripts they run.
+NOT_TESTS = ("support", "scripts")
+
+
+def misplaced(paths: Iterable[Path]) -> list[str]:
+    """The modules of ``paths`` (relative to tests/) that are neither a test module
+    (``test_*.py``), a ``conftest.py`` nor an ``__init__.py``, outside tests/support/ and
+    tests/scripts/: a helper beside the tests, where it reads like a test or a source module."""
+    return sorted(
+        path.as_posix()
+        for path in paths
+        if path.parts[0] not in NOT_TESTS
+        and not path.name.startswith("test_")
+        and path.name not in ("conftest.py", "__init__.py")
+    )
+
+
+def test_every_module_under_tests_is_a_test_but_the_support_and_the_scripts() -> None:
+    paths = [path.relative_to(TESTS) for path in TESTS.rglob("*.py")]
+    found = misplaced(paths)
+    assert not found, f"not a test module, outside tests/support and tests/scripts: {found}"
+
+
+def test_a_helper_beside_the_tests_is_found() -> None:
+    paths = [
+        Path(name)
+        for name in (
+            "__init__.py",
+            "conftest.py",
+            "unit/launch/test_plan.py",
+            "unit/launch/environs.py",
+            "unit/slurm/conftest.py",
+            "integration/jobs.py",
+            "integration/scripts/train_tiny.py",
+            "helpers.py",
+            "support/helpers.py",
+            "support/images/lanes.py",
+            "scripts/train_tiny.py",
+        )
+    ]
+    assert misplaced(paths) == [
+        "helpers.py",
+        "integration/jobs.py",
+        "integration/scripts/train_tiny.py",
+        "unit/launch/environs.py",
     ]

@@ -23,7 +23,7 @@ from ctrain.references import (
 )
 from ctrain.settings import resolve
 from ctrain.settings_table import SETTINGS
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 TEMPLATES = REPO / "jobs"
 LAUNCHED = Launched(

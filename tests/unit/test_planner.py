@@ -13,7 +13,7 @@ from ctrain.images.record import new_sidecar, sidecar_of
 from ctrain.images.resolve import ImageChoice
 from ctrain.settings import resolve
 from ctrain.settings_table import Settings, Value
-from tests import fake_apptainer
+from tests.support import fake_apptainer
 
 REF = "docker://example/img:1"
 

@@ -19,8 +19,8 @@ from packaging.version import Version
 from spython.main.parse.parsers import SingularityParser
 
 from ctrain import __version__, matrix
-from tests import fake_apptainer
-from tests.helpers import PYPROJECT, REPO, Sandbox, need, sandbox
+from tests.support import fake_apptainer
+from tests.support.helpers import PYPROJECT, REPO, Sandbox, need, sandbox
 
 DOCKERFILE = REPO / "Dockerfile.gpu"
 INSTALL = REPO / "docker" / "install.sh"

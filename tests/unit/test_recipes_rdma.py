@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, need
+from tests.support.helpers import REPO, need
 
 INSTALL = REPO / "docker" / "install.sh"
 RDMA_PACKAGES = ("libibverbs1", "ibverbs-providers")

@@ -14,7 +14,7 @@ from ctrain.references import (
     safe_name,
     split_reference,
 )
-from tests.helpers import refusal
+from tests.support.helpers import refusal
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ctrain import __version__, matrix
-from tests.helpers import PYPROJECT, REPO
+from tests.support.helpers import PYPROJECT, REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
 CONFIG = REPO / ".github" / "actionlint.yaml"

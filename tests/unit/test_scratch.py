@@ -1,4 +1,5 @@
-"""tests/scratch.py: which directories under /var/tmp are a killed run's, and their removal."""
+"""tests/support/scratch.py: which directories under /var/tmp are a killed run's, and their
+removal."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import scratch
+from tests.support import scratch
 
 HOST = scratch.FIRST_PID_NAMESPACE
 SANDBOX = 4026532999
@@ -40,7 +41,7 @@ def test_a_directory_is_a_leftover_where_its_maker_is_gone_in_a_namespace_seen()
 def test_a_dead_makers_directory_goes_and_a_live_ones_stays(tmp_path: Path) -> None:
     mine = scratch.make("mine", tmp_path)
     made = subprocess.run(
-        [sys.executable, "-c", "from tests import scratch; import sys; "
+        [sys.executable, "-c", "from tests.support import scratch; import sys; "
          "print(scratch.make('dead', __import__('pathlib').Path(sys.argv[1])))", str(tmp_path)],
         capture_output=True, text=True, check=True, timeout=60, cwd=Path(__file__).parents[2],
     )  # fmt: skip

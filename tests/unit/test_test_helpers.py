@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.helpers import printed_json
+from tests.support.helpers import printed_json
 
 
 def test_printed_json_one_value_per_line() -> None:

@@ -17,10 +17,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests import scratch
-from tests.helpers import CTRAIN, ctrain_env
+from tests.support import scratch
+from tests.support.helpers import CTRAIN, ctrain_env
+from tests.support.real_runs import clean_env
 
-from ..jobs import clean_env
 from . import DEFAULT, REPO, ci_cpu_image
 from .background import once, run
 

@@ -1,1 +1,2 @@
-"""The Apptainer stand-in's parts; tests/fake_apptainer.py is its entry point and overview."""
+"""The Apptainer stand-in's parts; tests/support/fake_apptainer.py is its entry point and
+overview."""

@@ -14,13 +14,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.standin import remote
-from tests.standin.cli import Flags, given, parse, values
-from tests.standin.environment import start_script
-from tests.standin.identity import Fatal, Identity
-from tests.standin.log import Call
-from tests.standin.overlay import lock_overlays, parse_overlays
-from tests.standin.sif import Metadata, read_metadata, strings
+from tests.support.standin import remote
+from tests.support.standin.cli import Flags, given, parse, values
+from tests.support.standin.environment import start_script
+from tests.support.standin.identity import Fatal, Identity
+from tests.support.standin.log import Call
+from tests.support.standin.overlay import lock_overlays, parse_overlays
+from tests.support.standin.sif import Metadata, read_metadata, strings
 
 Event = Callable[[dict[str, object]], None]
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -99,7 +99,7 @@ def image_metadata(
     image: str, who: Identity, environ: dict[str, str], flags: Flags, event: Event
 ) -> Metadata:
     if remote.is_uri(image):
-        from tests.standin.images import cached_image  # not at the top: start-up time
+        from tests.support.standin.images import cached_image  # not at the top: start-up time
 
         remote.check_reference(image, "exec")
         disable = given(flags, "--disable-cache") or who.enabled(environ, "DISABLE_CACHE")

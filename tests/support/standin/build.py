@@ -7,11 +7,11 @@ import re
 import sys
 from pathlib import Path
 
-from tests.standin import remote
-from tests.standin.cli import given, parse, values
-from tests.standin.identity import Fatal, Identity
-from tests.standin.images import Event, build_temp, cached_image, write_slowly
-from tests.standin.sif import (
+from tests.support.standin import remote
+from tests.support.standin.cli import given, parse, values
+from tests.support.standin.identity import Fatal, Identity
+from tests.support.standin.images import Event, build_temp, cached_image, write_slowly
+from tests.support.standin.sif import (
     Metadata,
     is_sif,
     mapping,

@@ -3,7 +3,7 @@ unknown flags (or flags the program's version does not have) and wrong arity are
 
 from __future__ import annotations
 
-from tests.standin.identity import Fatal, Identity, Usage
+from tests.support.standin.identity import Fatal, Identity, Usage
 
 ACTION = (
     "--cleanenv -e --nv --writable-tmpfs --no-eval --disable-cache --no-https",

@@ -10,10 +10,10 @@ import re
 import sys
 from pathlib import Path
 
-from tests.standin.cli import Flags, given, values
-from tests.standin.identity import Fatal, Identity
-from tests.standin.remote import DEFAULT_PATH
-from tests.standin.sif import Metadata, mapping
+from tests.support.standin.cli import Flags, given, values
+from tests.support.standin.identity import Fatal, Identity
+from tests.support.standin.remote import DEFAULT_PATH
+from tests.support.standin.sif import Metadata, mapping
 
 PROXIES = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy")
 DROPPED = ("HOME", "PATH", "LD_LIBRARY_PATH")  # never passed from the host

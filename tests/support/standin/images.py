@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tests.standin import remote
-from tests.standin.cli import given, parse, values
-from tests.standin.identity import Fatal, Identity, Interrupted
-from tests.standin.sif import Metadata, read_metadata, sif_bytes
+from tests.support.standin import remote
+from tests.support.standin.cli import given, parse, values
+from tests.support.standin.identity import Fatal, Identity, Interrupted
+from tests.support.standin.sif import Metadata, read_metadata, sif_bytes
 
 Event = Callable[[dict[str, object]], None]
 KINDS = {"docker": "oci-tmp", "oras": "oras", "library": "library", "shub": "shub"}

@@ -9,18 +9,18 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.standin.identity import Fatal, Identity, Interrupted, Usage, identify
-from tests.standin.log import Call
+from tests.support.standin.identity import Fatal, Identity, Interrupted, Usage, identify
+from tests.support.standin.log import Call
 
 
 def dispatch(argv: list[str], environ: dict[str, str], who: Identity, call: Call) -> int:
     verb = argv[0] if argv else ""
     if verb in ("exec", "run", "shell"):
-        from tests.standin.action import action
+        from tests.support.standin.action import action
 
         return action(verb, argv[1:], environ, who, call)
     if argv[:2] == ["overlay", "create"]:
-        from tests.standin.overlay import overlay_create
+        from tests.support.standin.overlay import overlay_create
 
         ran: list[list[str]] = []
         call.line["ran"] = ran  # logged once done
@@ -30,11 +30,11 @@ def dispatch(argv: list[str], environ: dict[str, str], who: Identity, call: Call
         print(who.banner() if verb == "--version" else who.version_text)
         return 0
     if verb == "pull":
-        from tests.standin.images import pull
+        from tests.support.standin.images import pull
 
         return pull(argv[1:], environ, who, call.event)
     if verb in ("build", "inspect"):
-        from tests.standin import build
+        from tests.support.standin import build
 
         if verb == "inspect":
             return build.inspect(argv[1:], environ, who)

@@ -10,8 +10,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.standin.cli import parse, values
-from tests.standin.identity import Fatal, Identity, Usage
+from tests.support.standin.cli import parse, values
+from tests.support.standin.identity import Fatal, Identity, Usage
 
 # ext3 features (dumpe2fs names): compat ones are not checked; of the others, Apptainer accepts
 # only these (pkg/image/ext3.go; facts: "Accepted ext3 overlay images")
@@ -85,7 +85,7 @@ def lock_overlays(overlays: list[dict[str, object]]) -> list[int]:
 def existing(path: Path) -> None:
     """An existing PATH: a SIF gets an overlay partition (not modelled), anything else is an
     error (facts: overlay create, "An existing writable PATH")."""
-    from tests.standin.sif import is_sif
+    from tests.support.standin.sif import is_sif
 
     if is_sif(path):
         raise Fatal(f"stand-in: adding an overlay partition to the SIF {path} is not modelled")

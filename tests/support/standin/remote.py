@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.standin.identity import Fatal, Identity
-from tests.standin.sif import Metadata
+from tests.support.standin.identity import Fatal, Identity
+from tests.support.standin.sif import Metadata
 
 REMOTE = ("docker://", "oras://", "library://", "shub://", "http://", "https://")
 LOCAL_REGISTRY = re.compile(

@@ -8,7 +8,7 @@ import json
 import struct
 from pathlib import Path
 
-from tests.standin.identity import Fatal
+from tests.support.standin.identity import Fatal
 
 HEADER = struct.Struct("<32s10s3s3s16s8q")
 DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")  # 585 bytes, packed

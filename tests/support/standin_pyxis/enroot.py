@@ -1,5 +1,5 @@
 """The enroot stand-in's commands: ``enroot version`` and ``enroot import`` (docs/pyxis-facts.md,
-"enroot import"; the module docstring of tests/fake_pyxis.py lists what is modelled).
+"enroot import"; the module docstring of tests/support/fake_pyxis.py lists what is modelled).
 
 ``import`` fetches the image for real from a registry over the v2 API (index or manifest, then
 the config and layer blobs, kept in ENROOT_CACHE_PATH by digest), unpacks the layers in order

@@ -1,6 +1,6 @@
 """The stand-in ``srun``: pyxis' options read and checked as srun with pyxis would (refusals
 print srun's error line and exit 1), then the real srun runs with its other options and, in
-each task, tests/standin_pyxis/task.py in front of the command."""
+each task, tests/support/standin_pyxis/task.py in front of the command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.standin_pyxis.options import (
+from tests.support.standin_pyxis.options import (
     PYXIS_OPTIONS,
     Asked,
     Refused,
@@ -20,10 +20,10 @@ from tests.standin_pyxis.options import (
     split,
 )
 
-ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout holding tests/
+ROOT = Path(__file__).resolve().parents[3]  # the checkout holding tests/
 TASK = (
     "import sys; sys.path.insert(0, {root!r}); "
-    "from tests.standin_pyxis.task import main; sys.exit(main(sys.argv))"
+    "from tests.support.standin_pyxis.task import main; sys.exit(main(sys.argv))"
 )
 
 

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.standin.action import mount_script
-from tests.standin.identity import Fatal
+from tests.support.standin.action import mount_script
+from tests.support.standin.identity import Fatal
 
 SQUASHFS_MAGIC = b"hsqs"
 LOCALE = ("LANG", "LANGUAGE", "LC_ALL")  # dropped from the task unless --container-env names them

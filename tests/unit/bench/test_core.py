@@ -18,7 +18,7 @@ from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.profile_window import StepWindow, parse_window
 from ctrain.settings import parse_flag, resolve
 from ctrain.settings_table import Settings
-from tests.unit.bench.results import rank_report, result
+from tests.support.bench_results import rank_report, result
 
 # ------------------------------------------------------------------------------- the math
 

@@ -19,7 +19,7 @@ from ctrain.cli import main
 from ctrain.errors import ConfigError, ExternalToolError
 from ctrain.profile_window import parse_window
 from ctrain.util import proc
-from tests.unit.bench.results import rank_report, result
+from tests.support.bench_results import rank_report, result
 
 
 def test_plot_is_a_png(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ctrain.bench import core, synthetic
-from tests.helpers import REPO, SRC
+from tests.support.helpers import REPO, SRC
 
 
 def test_the_options_ctrain_bench_passes_are_the_benchmarks() -> None:

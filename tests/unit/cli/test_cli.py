@@ -18,8 +18,8 @@ from ctrain import __version__
 from ctrain.cli import COMMANDS as COMMAND_MODULES
 from ctrain.cli import main
 from ctrain.errors import FileAccessError, Interrupted, UsageError
-from tests import fake_apptainer
-from tests.helpers import REPO, run_ctrain, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import REPO, run_ctrain, wait_for
 
 COMMANDS = [
     "exec",

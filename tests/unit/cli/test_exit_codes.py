@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CTRAIN, REPO, SRC, SYSTEM_PATH, docs_reference
+from tests.support.helpers import CTRAIN, REPO, SRC, SYSTEM_PATH, docs_reference
 
 TIMEOUT = 120
 # A training script's use of ctrain's checkpoint API (no TensorFlow): resume from a checkpoint

@@ -19,7 +19,7 @@ from ctrain.container.runtimes import (
 )
 from ctrain.errors import CtrainError
 from ctrain.releases import RuntimeVersion, installed_version, parse_version
-from tests import fake_apptainer
+from tests.support import fake_apptainer
 
 NO_EVAL_FIX = "Apptainer >= 1.1 or SingularityCE >= 3.10"
 

@@ -1,7 +1,7 @@
 """`ctrain exec` through the Apptainer stand-in, which runs the command for real in the
 environment Apptainer would build (values shell-evaluated unless --no-eval, flags newer than
 the reported release refused, `docker-daemon://` refused for exec, an asked --cwd fatal when
-it fails). It is not Apptainer: see tests/fake_apptainer.py for what it models.
+it fails). It is not Apptainer: see tests/support/fake_apptainer.py for what it models.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import fake_apptainer
-from tests.helpers import run_ctrain
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain
 
 AWKWARD = "$HOME `echo hi` \"quoted\" 'single' a,b spaces\nnewline and a trailing \\"
 # The command: writes the variables named after the output file, one JSON object.

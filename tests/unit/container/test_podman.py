@@ -10,7 +10,7 @@ from ctrain.container.docker import Docker
 from ctrain.container.podman import Podman, PodmanInfo, parse_info, subid_count, subid_fix
 from ctrain.container.spec import RunSpec
 from ctrain.errors import SpecError
-from tests.unit.container.podman_facts import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
+from tests.support.podman_facts import ROOTFUL_INFO, ROOTLESS_INFO, SUBUID
 
 
 def spec(**kw: object) -> RunSpec:

@@ -12,7 +12,7 @@ from ctrain.container.runtimes import Request, choose_runtime, plan_invocation, 
 from ctrain.container.spec import Bind
 from ctrain.errors import CtrainError, SpecError
 from ctrain.releases import RuntimeVersion
-from tests.helpers import run_ctrain, sandbox
+from tests.support.helpers import run_ctrain, sandbox
 
 
 def version_of(program: str) -> RuntimeVersion:

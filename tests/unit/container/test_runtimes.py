@@ -21,8 +21,8 @@ from ctrain.container.spec import Bind, parse_bind
 from ctrain.errors import CtrainError, SpecError
 from ctrain.releases import RuntimeVersion, parse_version
 from ctrain.util.envpairs import parse_env_file
-from tests.helpers import REPO
-from tests.unit.container.host_env import HOST_ENV
+from tests.support.helpers import REPO
+from tests.support.host_env import HOST_ENV
 
 GOLDEN = REPO / "tests" / "unit" / "golden" / "runtimes.json"
 
@@ -32,7 +32,7 @@ def which(name: str) -> str:
 
 
 def version_of(program: str) -> RuntimeVersion:
-    """The releases the stand-in reports by default (tests/fake_apptainer.py)."""
+    """The releases the stand-in reports by default (tests/support/fake_apptainer.py)."""
     flavour = "singularity-ce version 4.5.1" if program.endswith("singularity") else ""
     return parse_version(flavour or "apptainer version 1.4.5", program)
 

@@ -18,8 +18,8 @@ from ctrain.images.build import (
     recipe_arguments,
     sif_build_argv,
 )
-from tests import fake_apptainer
-from tests.helpers import run_ctrain
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain
 
 
 @pytest.fixture

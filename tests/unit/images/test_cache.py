@@ -19,8 +19,8 @@ from ctrain.errors import ConfigError
 from ctrain.images import cache
 from ctrain.images.cachedir import CacheChoice
 from ctrain.images.record import Sidecar
-from tests import fake_apptainer
-from tests.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain, sandbox, snapshot, start_ctrain, wait_for
 
 DAY = 86400
 NOW = time.time()

@@ -19,7 +19,7 @@ from ctrain.images.cachedir import CacheChoice
 from ctrain.images.record import read_sidecar
 from ctrain.images.stores import charliecloud
 from ctrain.images.stores.base import PullAsk, Pulling
-from tests.helpers import SYSTEM_PATH
+from tests.support.helpers import SYSTEM_PATH
 
 # Writes OUT/bin, OUT/ch and OUT/made (its call number), or fails when $FAIL is set; logs each
 # call; takes $SLOW seconds when set.

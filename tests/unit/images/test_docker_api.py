@@ -16,7 +16,7 @@ from ctrain.errors import ExternalToolError
 from ctrain.images import docker_api
 from ctrain.images.engine import image_from_inspect
 from ctrain.util.progress import Event
-from tests.helpers import ctrain_env
+from tests.support.helpers import ctrain_env
 
 DIGEST = "sha256:" + "a" * 64
 

@@ -15,8 +15,8 @@ from ctrain.images import cachedir, pull
 from ctrain.images.stores import enroot
 from ctrain.images.stores.base import PullAsk
 from ctrain.names import PYXIS
-from tests.helpers import need
-from tests.standin_pyxis import enroot as standin
+from tests.support.helpers import need
+from tests.support.standin_pyxis import enroot as standin
 
 CACHE = Path("/scratch/me/ctrain")
 

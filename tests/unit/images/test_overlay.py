@@ -17,8 +17,8 @@ import pytest
 
 from ctrain.errors import ConfigError, ExternalToolError, LaunchError
 from ctrain.images import overlay
-from tests import fake_apptainer
-from tests.helpers import need, run_ctrain, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import need, run_ctrain, wait_for
 
 MIB = 1024**2
 GIB = 1024**3

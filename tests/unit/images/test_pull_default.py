@@ -1,6 +1,7 @@
 """The default image, which no registry holds until a release publishes it: ``ctrain pull`` and
 ``ctrain exec`` of it end in one line saying so, with how to build or push it; another image's
-failed pull keeps its own message. Against the stand-in apptainer (tests/fake_apptainer.py)."""
+failed pull keeps its own message. Against the stand-in apptainer
+(tests/support/fake_apptainer.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ctrain.errors import CtrainError, PullError
 from ctrain.images import pull
 from ctrain.images.stores.base import PullAsk
 from ctrain.names import CHARLIECLOUD, ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
-from tests import fake_apptainer
-from tests.helpers import run_ctrain
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain
 
 DEFAULT = "docker://ghcr.io/ctrain/ctrain:0.1.0-gpu"
 OTHER = "docker://registry.example/team/train:1"

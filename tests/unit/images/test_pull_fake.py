@@ -1,5 +1,5 @@
-"""``ctrain pull`` end to end against the stand-in apptainer (tests/fake_apptainer.py): argv and
-environment, reuse, --force, killed and interrupted pulls, concurrent pulls, and bad input."""
+"""``ctrain pull`` end to end against the stand-in apptainer (tests/support/fake_apptainer.py): argv
+and environment, reuse, --force, killed and interrupted pulls, concurrent pulls, and bad input."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 
 from ctrain import references
 from ctrain.images.record import read_sidecar, sidecar_of
-from tests import fake_apptainer
-from tests.helpers import CTRAIN, ctrain_env, run_ctrain, snapshot, start_ctrain, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import CTRAIN, ctrain_env, run_ctrain, snapshot, start_ctrain, wait_for
 
 REF_A = "docker://registry.example/team/train:1"
 REF_B = "docker://registry.example/team/train:2"

@@ -31,7 +31,7 @@ from ctrain.images.record import (
     read_sidecar,
     sif_state,
 )
-from tests.helpers import refusal
+from tests.support.helpers import refusal
 
 # The eight int64 fields of the header, in order (sylabs/sif).
 FIELDS = ("created", "modified", "free", "total", "desc_off", "desc_len", "data_off", "data_len")

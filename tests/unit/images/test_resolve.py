@@ -13,8 +13,8 @@ import pytest
 
 from ctrain.images import resolve
 from ctrain.names import RUNTIMES
-from tests import fake_apptainer
-from tests.helpers import run_ctrain
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain
 
 REF = "docker://registry.example/team/train:1"
 TIMEOUT = 60

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ctrain.util import proc
-from tests import fake_apptainer
-from tests.helpers import sandbox, start_ctrain, wait_for
+from tests.support import fake_apptainer
+from tests.support.helpers import sandbox, start_ctrain, wait_for
 
 # Like apptainer: build-temp-* in APPTAINER_TMPDIR, removed (after a moment) when SIGTERM or
 # SIGINT stops it, left behind by SIGKILL; the second leaves it, read-only, as a failed removal

@@ -17,7 +17,7 @@ from ctrain.launch.gloo import (
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement
 from ctrain.names import Mode
-from tests.unit.launch.environs import hydra, proxies_step, slurm_step
+from tests.support.environs import hydra, proxies_step, slurm_step
 
 NO_NODES = (
     "Horovod over Gloo across nodes under hydra needs the nodes of the launch, and only Slurm "

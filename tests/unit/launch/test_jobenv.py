@@ -8,7 +8,7 @@ import pytest
 
 from ctrain.errors import EnvironmentParseError
 from ctrain.launch.jobenv import GpuEnv, JobEnv, MpiEnv, SlurmEnv
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_CPUS_PER_TASK": "8"}
 

@@ -24,8 +24,8 @@ from ctrain.launch.ports import PORT_BLOCK, PortWindow, port_block, worker_ports
 from ctrain.names import Mode
 from ctrain.settings import resolve
 from ctrain.settings_table import Settings
-from tests.helpers import refusal
-from tests.unit.launch.environs import JOB, STEP2, slurm_step
+from tests.support.environs import JOB, STEP2, slurm_step
+from tests.support.helpers import refusal
 
 HOSTLIST_FIX = "check the value Slurm set; it should look like node[01-04],gpu1"
 CONTRADICTION = "the launcher's variables contradict each other; relaunch with srun or mpirun"

@@ -20,7 +20,7 @@ from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, placement
 from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.names import Mode
-from tests.unit.launch.environs import hydra, hydra_under_srun, proxies_step, slurm_step
+from tests.support.environs import hydra, hydra_under_srun, proxies_step, slurm_step
 
 GPUS = ("0", "1")  # the node's GPUs every rank sees, as without --gpus-per-task
 

@@ -11,7 +11,7 @@ from ctrain.errors import LaunchError
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.modes import Placement, choose_mode, placement
 from ctrain.names import Mode
-from tests.unit.launch.environs import JOB, STEP2, slurm_step
+from tests.support.environs import JOB, STEP2, slurm_step
 
 OMPI2 = {
     "OMPI_COMM_WORLD_RANK": "1",

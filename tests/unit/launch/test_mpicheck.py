@@ -30,8 +30,8 @@ from ctrain.launch.mpicheck import (
     verdict,
 )
 from ctrain.names import Mode
-from tests.unit.launch.environs import STEP2
-from tests.unit.launch.mpi_launchers import LAUNCHERS, ORTE
+from tests.support.environs import STEP2
+from tests.support.mpi_launchers import LAUNCHERS, ORTE
 
 IMAGES = {
     "ctrain-debian12": ImageMpi("4.1.4", "4.2.2", "dpkg"),  # the ctrain images

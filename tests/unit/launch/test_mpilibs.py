@@ -15,8 +15,8 @@ from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
 from ctrain.launch.mpicheck import PROCEED, REFUSE, WARN, ImageMpi, MpiVerdict
 from ctrain.names import Mode
-from tests.helpers import run_ctrain
-from tests.unit.launch.mpi_launchers import LAUNCHERS
+from tests.support.helpers import run_ctrain
+from tests.support.mpi_launchers import LAUNCHERS
 
 # Two paragraphs as Debian 12's /var/lib/dpkg/status has them in the ctrain images, and one
 # package removed but not purged.

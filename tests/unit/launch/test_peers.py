@@ -14,7 +14,7 @@ from ctrain.launch.plan import LaunchOptions, make_plan
 from ctrain.launch.ports import PEER_WATCH_SLOT, PORT_BLOCK, RENDEZVOUS_SLOT, PortWindow
 from ctrain.names import ENV_LAUNCH_PEER_WATCH, Mode
 from ctrain.util.shipped import shipped_dir
-from tests.unit.launch.environs import hydra, slurm_step
+from tests.support.environs import hydra, slurm_step
 
 # What each launcher marks a rank with (jobenv.LAUNCHERS), inside an srun step of 2 tasks.
 MARKS: dict[str | None, dict[str, str]] = {

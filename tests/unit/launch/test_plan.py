@@ -19,7 +19,7 @@ from ctrain.launch.plan import (
 )
 from ctrain.launch.ports import PORT_BLOCK, Ephemeral, PortWindow, port_block, worker_ports
 from ctrain.names import Mode
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
 
 
 def step(procid: int, localid: int, nodeid: int, **extra: str) -> dict[str, str]:

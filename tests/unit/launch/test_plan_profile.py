@@ -19,7 +19,7 @@ from ctrain.names import (
 )
 from ctrain.profile_window import parse_window
 from ctrain.settings import resolve
-from tests.unit.launch.environs import hydra_under_srun
+from tests.support.environs import hydra_under_srun
 
 PROFILE_KEYS = (ENV_LAUNCH_PROFILE, ENV_LAUNCH_PROFILE_RUN, ENV_LAUNCH_PROFILE_TRACE)
 

@@ -20,7 +20,7 @@ from ctrain.profile_window import MAX_STEPS, StepWindow, parse_window, window_of
 from ctrain.settings import parse_flag, resolve
 from ctrain.settings_table import Settings
 from ctrain.util.shipped import shipped_dir
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from ctrain.launch.tuning import (
 )
 from ctrain.names import Mode
 from ctrain.settings import resolve
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
 
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 YIELD = "OMPI_MCA_mpi_yield_when_idle"

@@ -16,9 +16,9 @@ from ctrain.cli import main
 from ctrain.errors import ExternalToolError
 from ctrain.names import Launched, Mode
 from ctrain.network import advice, check
-from tests.helpers import run_ctrain, sandbox
-from tests.unit.network.fake_rdma import fake_root, fake_sysfs
-from tests.unit.network.nccl_logs import SOCKET_2_21
+from tests.support.fake_rdma import fake_root, fake_sysfs
+from tests.support.helpers import run_ctrain, sandbox
+from tests.support.nccl_logs import SOCKET_2_21
 
 LAUNCHED = Launched(
     mode=Mode.MULTIWORKER,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ctrain.network import nccl
-from tests.unit.network.nccl_logs import SOCKET_2_21, info
+from tests.support.nccl_logs import SOCKET_2_21, info
 
 IB_DEVICES = "[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]"
 COMM = "nNodes 2 localRanks 1 localRank 0 MNNVL 0"

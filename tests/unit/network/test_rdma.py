@@ -8,7 +8,7 @@ import pytest
 
 from ctrain.network import rdma
 from ctrain.network.rdma import Device, Port
-from tests.unit.network.fake_rdma import add_port, fake_root, fake_sysfs
+from tests.support.fake_rdma import add_port, fake_root, fake_sysfs
 
 
 def test_active_ib_roce_and_down_ports(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Every job-script test renders with no CTRAIN_* setting, no user configuration and a ledger
-of jobs of its own; ``fakes`` gives a test the fake programs the scripts run (fake_programs.py)."""
+of jobs of its own; ``fakes`` gives a test the fake programs the scripts run
+(tests/support/fake_job_programs.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.slurm.fake_programs import add_fakes
+from tests.support.fake_job_programs import add_fakes
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from ctrain.settings_table import Settings
 from ctrain.slurm import jobs
 from ctrain.slurm.request import JobRequest
 from ctrain.train.checkpoints import REQUEUE_EXIT_CODE
-from tests.helpers import wait_for
-from tests.unit.slurm.fake_programs import env
+from tests.support.fake_job_programs import env
+from tests.support.helpers import wait_for
 
 
 def script(fakes: Path, mode: str = "single") -> Path:

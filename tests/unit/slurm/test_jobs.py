@@ -23,8 +23,8 @@ from ctrain.names import JOB_MODES
 from ctrain.settings_table import BY_NAME
 from ctrain.slurm import jobs
 from ctrain.slurm.request import JobRequest, parse_time
-from tests.helpers import REPO, need, sandbox
-from tests.unit.slurm.job_cases import CASES, WEIRD
+from tests.support.helpers import REPO, need, sandbox
+from tests.support.job_cases import CASES, WEIRD
 
 TEMPLATES = REPO / "jobs"
 GOLDEN = REPO / "tests" / "unit" / "golden" / "jobs"

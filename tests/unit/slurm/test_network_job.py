@@ -17,7 +17,7 @@ from ctrain.errors import CtrainError
 from ctrain.names import JOB_MODES
 from ctrain.slurm import jobs, network_job
 from ctrain.slurm.request import JobRequest
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 GOLDEN = REPO / "tests" / "unit" / "golden" / "jobs"
 CHECK_LINE = "ctrain doctor --network)"

@@ -1,5 +1,5 @@
 """Reading TensorFlow's trace (train/breakdown.py's read_xplane) from an XSpace laid out as the
-profiler writes it (tests/unit/train/xspace.py)."""
+profiler writes it (tests/support/xspace.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from ctrain.train.breakdown import Trace, read_xplane
-from tests.unit.train.xspace import MS_PS, Event, add_environment, add_plane
+from tests.support.xspace import MS_PS, Event, add_environment, add_plane
 
 START_NS = 1_764_150_000_000_000_000
 STOP_NS = START_NS + 2_500_000_000  # 2.5 s later

@@ -16,7 +16,7 @@ from ctrain.names import Mode
 from ctrain.profile_window import StepWindow
 from ctrain.train.breakdown import RankTime
 from ctrain.train.profiling import TIMELINE, Profiler
-from tests.unit.train.xspace import MS_PS, Event, add_environment, add_plane
+from tests.support.xspace import MS_PS, Event, add_environment, add_plane
 
 START_NS = 1_764_150_000_000_000_000  # the profile's start, ns since the epoch; it ran 2 s
 S_PS = 1000 * MS_PS  # a second in ps

@@ -11,7 +11,7 @@ import ctrain
 from ctrain.cli import main
 from ctrain.errors import FileAccessError
 from ctrain.util import examples
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 
 def test_the_shipped_examples_are_the_packages_and_the_repository_links_to_them() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from ctrain.errors import ExternalToolError
 from ctrain.util import proc
-from tests.helpers import SRC
+from tests.support.helpers import SRC
 
 PY = sys.executable
 
