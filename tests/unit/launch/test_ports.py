@@ -16,8 +16,8 @@ from ctrain.launch.ports import (
     port_block,
     refuse_above_highest,
 )
-from tests.helpers import refusal
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
+from tests.support.helpers import refusal
 
 LINUX = Ephemeral(32768, 60999)  # Linux's default range
 LOWERED = Ephemeral(9000, 65000)  # a site's, as in the reports of NVIDIA-NeMo/RL
@@ -92,7 +92,44 @@ WINDOWS = [
         ),
     ),
     (65001, True, LOWERED, PortWindow(65001)),
-    # No room on either side.
+    # Room on both sides: the larger side wins, here above (448 ports below, from 10000).
+    (
+        20000,
+        False,
+        Ephemeral(10500, 50000),
+        PortWindow(
+            50001,
+            11968,
+            "ports 20000-31999 lie in this node's ephemeral port range 10500-50000 "
+            "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's "
+            "port: moved above it",
+        ),
+    ),
+    # One whole block above the range is room enough.
+    (
+        20000,
+        False,
+        Ephemeral(10000, 65471),
+        PortWindow(
+            65472,
+            PORT_BLOCK,
+            "ports 20000-31999 lie in this node's ephemeral port range 10000-65471 "
+            "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's "
+            "port: moved above it",
+        ),
+    ),
+    # No room on either side: 63 ports above, none below.
+    (
+        20000,
+        False,
+        Ephemeral(10000, 65472),
+        (
+            "ports 20000-31999 lie in this node's ephemeral port range 10000-65472 "
+            "(net.ipv4.ip_local_port_range), where any outgoing connection can take a rank's port",
+            "ask the site to reserve ports for jobs (net.ipv4.ip_local_reserved_ports) and set "
+            "--port-base (CTRAIN_PORT_BASE) to the first of them",
+        ),
+    ),
     (
         20000,
         False,
