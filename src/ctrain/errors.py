@@ -7,6 +7,8 @@ the class's ``exit_code``. Several classes share 2 (something the user gave is w
 from __future__ import annotations
 
 import errno
+import sys
+from typing import NoReturn
 
 from ctrain import __version__
 
@@ -144,3 +146,13 @@ class Interrupted(CtrainError):
     """SIGINT (Ctrl-C), SIGTERM or SIGHUP: stopped, and what was half done removed."""
 
     exit_code = 130
+
+    @classmethod
+    def by_ctrl_c(cls) -> Interrupted:
+        return cls("interrupted (SIGINT)", "run the command again")
+
+
+def exit_with(error: CtrainError) -> NoReturn:
+    """End the command: ``error``'s one line on stderr, its exit code."""
+    print(error.line(), file=sys.stderr, flush=True)
+    sys.exit(error.exit_code)

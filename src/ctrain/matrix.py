@@ -14,11 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 MATRIX = Path(__file__).with_name("matrix.toml")
 FLAVOURS = ("gpu", "cpu")
 NONE = "none"  # a CUDA pin of the CPU flavour
@@ -72,6 +67,10 @@ class Row:
 
 def parse(text: str) -> tuple[Row, ...]:
     """The rows of matrix.toml's text, the default first."""
+    if sys.version_info >= (3, 11):  # here: a rank's start imports this module, not the table
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     data = tomllib.loads(text)
     rows = tuple(
         Row(

@@ -59,16 +59,14 @@ def plan(
         nv=settings.nv,
         binds=bind_flags,
         overlay=settings.overlay or None,
-        env_pairs=(
-            *env_pairs,
-            *((f"CTRAIN_IMAGE_PYTHON={settings.image_python}",) if settings.image_python else ()),
-        ),
+        env_pairs=env_pairs,
         env_files=(settings.env_file,) if settings.env_file else (),
         cwd=os.getcwd(),
         workdir=settings.cwd or None,
         user=(os.getuid(), os.getgid()),
         tty=action == "shell" and sys.stdin.isatty(),
         python=sys.executable,
+        image_python=settings.image_python or None,
         fuse=os.access(FUSE_DEVICE, os.R_OK | os.W_OK),
         carried=carried_launcher(),
     )

@@ -1,6 +1,6 @@
 """A pyxis job for real on the local Slurm, through the pyxis and enroot stand-ins
-(tests/fake_pyxis.py): the multiworker script rendered with ``--runtime pyxis`` for a registry
-image imports it once in the batch step (``ctrain resolve``: enroot import from the local
+(tests/support/fake_pyxis.py): the multiworker script rendered with ``--runtime pyxis`` for a
+registry image imports it once in the batch step (``ctrain resolve``: enroot import from the local
 registry into ctrain's cache), then runs 2 ranks in one step whose srun carries pyxis' options
 with that squashfs file and ctrain's launcher carried in read-only (``ctrain carried``); the
 stand-in reads them as pyxis does and runs each task with the environment, mounts and working
@@ -27,13 +27,13 @@ from ctrain import planner
 from ctrain.container import carry
 from ctrain.images import pull
 from ctrain.images.stores.base import PullAsk
-from tests import fake_pyxis
-from tests.helpers import REGISTRY, SRC, need, registry_up
-from tests.standin.remote import DEFAULT_PATH
-
-from .jobs import BIN, clean_env
-from .registry_push import BUSYBOX, push_tiny
-from .slurm_jobs import RESUMABLE, final_weights, lines, log, render, submit, wait_done
+from ctrain.slurm.pyxis_job import IMAGE_PYTHON
+from tests.support import fake_pyxis
+from tests.support.helpers import REGISTRY, SRC, need, registry_up
+from tests.support.real_runs import BIN, clean_env
+from tests.support.registry_push import BUSYBOX, push_tiny
+from tests.support.slurm_jobs import RESUMABLE, final_weights, lines, log, render, submit, wait_done
+from tests.support.standin.remote import DEFAULT_PATH
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tensorflow, pytest.mark.timeout(300)]
 EPOCHS = 2
@@ -75,7 +75,7 @@ def test_multiworker_job_through_pyxis(
     out, calls, imports = tmp_path / "out", tmp_path / "pyxis.jsonl", tmp_path / "enroot.jsonl"
     command = ["python", str(RESUMABLE), str(out), str(EPOCHS)]
     script = render("multiworker", command, runtime="pyxis", image=registry_image)
-    boot = " ".join(carry.command(['"$@"']))
+    boot = " ".join(carry.command(['"$@"'], IMAGE_PYTHON))
     assert f'srun --kill-on-bad-exit=1 "${{container_options[@]}}" {boot}' in script
     image_env = {"PATH": f"{BIN}:{DEFAULT_PATH}", "PYTHONPATH": SRC}
     job = submit(
@@ -120,7 +120,7 @@ def test_multiworker_job_through_pyxis(
         carried = [m for m in mounts if str(m["dst"]).startswith(str(carry.ROOT))]
         assert {m["dst"] for m in carried} == {str(b.dst) for b in carry.binds(CARRIED)}
         assert all(m["flags"] == ["x-create=auto", "rbind", "ro"] for m in carried), carried
-        assert task["command"] == list(carry.command(command))
+        assert task["command"] == list(carry.command(command, ""))  # no CTRAIN_IMAGE_PYTHON
 
 
 def test_exec_starts_one_step_through_pyxis(tmp_path: Path, squashfs: Path) -> None:

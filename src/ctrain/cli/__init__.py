@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from ctrain import __version__
-from ctrain.errors import CtrainError, FileAccessError, Interrupted, UsageError
+from ctrain.errors import CtrainError, FileAccessError, Interrupted, UsageError, exit_with
 
 # command name -> "module:attribute" under ctrain.cli
 COMMANDS = {
@@ -63,17 +63,8 @@ def usage_error(exc: click.UsageError, args: Sequence[str]) -> UsageError:
     return UsageError(f"{command}: {exc.format_message()}", f"see `{command} --help`")
 
 
-def interrupted() -> Interrupted:
-    return Interrupted("interrupted (SIGINT)", "run the command again")
-
-
-def fail(error: CtrainError) -> NoReturn:
-    click.echo(error.line(), err=True)
-    sys.exit(error.exit_code)
-
-
 class CtrainGroup(click.Group):
-    """Loads commands lazily; turns every way a command can fail into one line (``fail``)."""
+    """Loads commands lazily; turns every way a command can fail into one line (exit_with)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -90,7 +81,7 @@ class CtrainGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # before Click turns it into a blank line and "Aborted!"
-            raise interrupted() from exc
+            raise Interrupted.by_ctrl_c() from exc
 
     def main(
         self,
@@ -107,13 +98,13 @@ class CtrainGroup(click.Group):
         try:
             result = run(args, prog_name, complete_var, standalone_mode=False, **extra)
         except CtrainError as exc:
-            fail(exc)
+            exit_with(exc)
         except click.UsageError as exc:
-            fail(usage_error(exc, sys.argv[1:] if args is None else args))
+            exit_with(usage_error(exc, sys.argv[1:] if args is None else args))
         except click.exceptions.Abort:
-            fail(interrupted())  # Ctrl-C while Click parses
+            exit_with(Interrupted.by_ctrl_c())  # Ctrl-C while Click parses
         except OSError as exc:
-            fail(FileAccessError.from_oserror(exc))
+            exit_with(FileAccessError.from_oserror(exc))
         sys.exit(result if isinstance(result, int) else 0)
 
 

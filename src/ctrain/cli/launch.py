@@ -36,14 +36,5 @@ def launch(command: tuple[str, ...], explain: bool, as_json: bool, **flags: str 
     The image's entrypoint: `srun ctrain launch -- python train.py`.
     """
     from ctrain.launch import start
-    from ctrain.launch.interpreter import this_interpreter
-    from ctrain.launch.plan import LaunchOptions
 
-    settings = settings_from(flags)
-    options = LaunchOptions.from_settings(settings)
-    plan = start.prepare(options, os.environ, command)
-    if explain:
-        verdict = start.mpi_verdict(plan, options, os.environ)
-        click.echo(start.explain(plan, as_json, verdict, this_interpreter(os.environ)))
-        return
-    start.exec_plan(plan, command, os.environ, quiet=settings.quiet)
+    start.run(settings_from(flags), command, os.environ, explain_only=explain, as_json=as_json)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
@@ -91,6 +91,8 @@ def refuse_evaluated(env: Mapping[str, str], version: RuntimeVersion) -> None:
 @dataclass(frozen=True)
 class Apptainer:
     name: str = "apptainer"
+    # the launcher is carried in: a read-only bind onto a path the image lacks (made for it)
+    carries_launcher: ClassVar[bool] = True
     version: RuntimeVersion | None = None  # the installed release, once probed
 
     def probed(self, program: str, version_of: Callable[[str], RuntimeVersion]) -> Apptainer:

@@ -10,11 +10,13 @@ Python) are bound read-only into the container, at fixed paths of their own:
 - ``/opt/ctrain-carried/lib/click``: on the launcher's ``sys.path`` only. The script never sees
   it: its own ``import click`` is the image's, or fails as it would without ctrain.
 
-The container runs ``/bin/sh BOOT -- COMMAND...`` (``boot.sh`` beside this module, carried with
-it): the shell finds the image's interpreter, refuses one line with the fix when there is none
-or it is older than 3.10, and execs ``ctrain launch`` with it. Nothing is written, in the image
-or in ``$HOME``; the image's own ``ctrain``, if any, is shadowed. docs/architecture.md says why
-the carried copy always runs.
+The container runs ``/bin/sh BOOT --lib LIB [--python PATH] -- COMMAND...`` (``command``;
+``boot.sh`` beside this module, carried with it, finds the package from its own path): the shell
+chooses the image's interpreter (the rule of the ``image_python`` setting: ``--python`` is that
+setting), refuses one line with the fix when there is none or it is too old, and execs
+``ctrain launch`` with it. Nothing is written, in the image or in ``$HOME``; the image's own
+``ctrain``, if any, is shadowed. docs/architecture.md says why the carried copy always runs.
+Which runtimes carry it is each adapter's ``carries_launcher``.
 """
 
 from __future__ import annotations
@@ -24,17 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ctrain.container.spec import Bind
-from ctrain.names import ENGINE_RUNTIMES, PYXIS, SIF_RUNTIMES
 
 ROOT = PurePosixPath("/opt/ctrain-carried")
 API = ROOT / "api"  # ctrain alone: the launcher's and the script's PYTHONPATH
 LIB = ROOT / "lib"  # the launcher's own dependencies: its sys.path only
 BOOT = API / "ctrain" / "container" / "boot.sh"
-# The runtimes that carry it: each binds a directory read-only onto a path the image lacks
-# (pyxis: --container-mounts with `ro`, whose destination enroot creates). Charliecloud runs the
-# image's own `ctrain launch`: ch-run binds have no read-only mode, and a destination must
-# already exist in the image.
-RUNTIMES = (*SIF_RUNTIMES, *ENGINE_RUNTIMES, PYXIS)
 
 
 @dataclass(frozen=True)
@@ -61,16 +57,28 @@ def binds(carried: Carried) -> tuple[Bind, ...]:
     )
 
 
-def command(user_command: Sequence[str], explain: bool = False) -> tuple[str, ...]:
+def command(
+    user_command: Sequence[str], image_python: str | None = None, explain: bool = False
+) -> tuple[str, ...]:
     """What the container runs: the carried boot script, then ``ctrain launch -- COMMAND``
-    (``ctrain launch --explain -- COMMAND`` with ``explain``)."""
-    return ("/bin/sh", str(BOOT), *(("--explain",) if explain else ()), "--", *user_command)
+    (``ctrain launch --explain -- COMMAND`` with ``explain``) on ``image_python`` when named, else
+    on the interpreter the boot script finds. An empty ``image_python`` names none (a job
+    script's unset variable)."""
+    return (
+        "/bin/sh",
+        str(BOOT),
+        "--lib",
+        str(LIB),
+        *(("--python", image_python) if image_python is not None else ()),
+        *(("--explain",) if explain else ()),
+        "--",
+        *user_command,
+    )
 
 
 def note(carried: Carried) -> str:
     """What --dry-run says of the launcher."""
     return (
         f"launcher: ctrain from {carried.package}, carried read-only to {API}/ctrain, run by "
-        "the image's Python (CTRAIN_IMAGE_PYTHON, else the command's interpreter, else python3 "
-        "on the image's PATH); ctrain exec --explain shows which, and what it holds"
+        "the image's Python (--image-python); ctrain exec --explain shows which, and what it holds"
     )

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
@@ -128,6 +129,9 @@ def _check_bind(bind: Bind, image: str | None) -> None:
 @dataclass(frozen=True)
 class Charliecloud:
     name: str = CHARLIECLOUD
+    # the image's own `ctrain launch` runs: ch-run binds have no read-only mode, and a bind's
+    # destination must already exist in the image
+    carries_launcher: ClassVar[bool] = False
 
     def _binds(self, spec: RunSpec) -> tuple[Bind, ...]:
         skipped = job_tmp_bind(spec)

@@ -13,6 +13,7 @@ import csv
 import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ctrain.container.spec import Bind, RunSpec
 from ctrain.errors import SpecError
@@ -52,6 +53,8 @@ def wanted_gpus(spec: RunSpec) -> tuple[str, ...] | None:
 @dataclass(frozen=True)
 class Docker:
     name: str = "docker"
+    # the launcher is carried in: a read-only bind onto a path the image lacks (made for it)
+    carries_launcher: ClassVar[bool] = True
 
     def _gpus(self, spec: RunSpec) -> list[str]:
         if not spec.nv:

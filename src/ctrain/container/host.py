@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ctrain.container.spec import ALWAYS, RunSpec
 from ctrain.errors import SpecError
@@ -13,6 +14,7 @@ from ctrain.releases import RuntimeVersion
 @dataclass(frozen=True)
 class Host:
     name: str = "host"
+    carries_launcher: ClassVar[bool] = False  # this interpreter's own ctrain
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
         if spec.binds:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ctrain.container.spec import ALWAYS, Bind, RunSpec
 from ctrain.errors import SpecError
@@ -90,6 +91,8 @@ def container_options(
 @dataclass(frozen=True)
 class Pyxis:
     name: str = PYXIS
+    # the launcher is carried in: --container-mounts with `ro`, whose destination enroot creates
+    carries_launcher: ClassVar[bool] = True
 
     def argv(self, spec: RunSpec, program: str) -> list[str]:
         if spec.action == "run":

@@ -46,6 +46,11 @@ class Runtime(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def carries_launcher(self) -> bool:
+        """``ctrain exec`` carries ctrain's launcher into the image (container/carry.py)."""
+        ...
+
     def argv(self, spec: RunSpec, program: str) -> list[str]: ...
 
     def process_env(self, spec: RunSpec, environ: Mapping[str, str]) -> dict[str, str]: ...
@@ -111,6 +116,7 @@ class Request:
     user: tuple[int, int] | None = None
     tty: bool = False
     python: str = "python3"  # the interpreter that runs ctrain on the host runtime
+    image_python: str | None = None  # the image's that runs the carried launcher (else its rule)
     carried: carry.Carried | None = None  # the launcher carried into the image, where it can be
     fuse: bool = True  # the caller may open /dev/fuse
 
@@ -177,7 +183,7 @@ def _command(request: Request, runtime: Runtime) -> tuple[str, ...]:
     if runtime.name == HOST:
         return (request.python, "-m", "ctrain", "launch", *explain, "--", *request.command)
     if _carries(request, runtime):
-        return carry.command(request.command, request.explain)
+        return carry.command(request.command, request.image_python, request.explain)
     return ("ctrain", "launch", *explain, "--", *request.command)
 
 
@@ -187,7 +193,7 @@ def _carries(request: Request, runtime: Runtime) -> bool:
         request.carried is not None
         and request.action == "exec"
         and request.launch
-        and runtime.name in carry.RUNTIMES
+        and runtime.carries_launcher
     )
 
 

@@ -4,7 +4,6 @@ scripts which never call ctrain get (train/startup/sitecustomize.py). Pure."""
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Mapping, Sequence
 
 from ctrain.names import AUTO, KERAS_2, Mode
@@ -17,12 +16,6 @@ STARTUP_HOOK = "train/startup"  # package data: sitecustomize of multiworker, --
 def script_of(command: Sequence[str]) -> str | None:
     """The training script of a command: its first argument ending in ``.py``."""
     return next((arg for arg in command if arg.endswith(".py")), None)
-
-
-def runs_python(command: Sequence[str]) -> bool:
-    """The command's program is a Python interpreter (``python``, ``python3``, ``python3.12``, by
-    name or path): the rule of the carried launcher's boot.sh, which runs on that interpreter."""
-    return re.fullmatch(r"python(3(\.[0-9]{1,2})?)?", command[0].rsplit("/", 1)[-1]) is not None
 
 
 def imports_keras(source: str) -> bool:

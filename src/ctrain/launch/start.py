@@ -16,15 +16,16 @@ from ctrain.errors import LaunchError
 from ctrain.launch import mpilibs
 from ctrain.launch.gloo import server_command
 from ctrain.launch.gpus import code_verdict, visible_gpus
-from ctrain.launch.interpreter import Holds, has
+from ctrain.launch.interpreter import Holds, has, runs_this_interpreter, this_interpreter
 from ctrain.launch.jobenv import JobEnv
-from ctrain.launch.keras import imports_keras, runs_python, script_of
+from ctrain.launch.keras import imports_keras, script_of
 from ctrain.launch.mpicheck import MpiVerdict
 from ctrain.launch.plan import LaunchOptions, Plan, child_environ, make_plan
 from ctrain.launch.ports import Ephemeral
 from ctrain.launch.profile import Process
 from ctrain.launch.tuning import Cpus
 from ctrain.names import ENV_CARRIED, KERAS_2, STOP_SIGNALS, Mode
+from ctrain.settings_table import Settings
 from ctrain.util import proc
 from ctrain.util.secrets import masked
 
@@ -42,11 +43,12 @@ def _check_image(
     command: Sequence[str], options: LaunchOptions, environ: Mapping[str, str]
 ) -> None:
     """What the image's interpreter must hold, refused before the command starts: TensorFlow,
-    where the launcher was carried into an image (boot.sh sets ENV_CARRIED) to run a Python
-    command on this interpreter; tf-keras, where Keras 2 is asked for."""
-    if environ.get(ENV_CARRIED) and command and runs_python(command) and not has("tensorflow"):
+    where the launcher was carried into an image (boot.sh sets ENV_CARRIED) and the command runs
+    on this interpreter; tf-keras, where Keras 2 is asked for."""
+    carried = environ.get(ENV_CARRIED)
+    if carried and runs_this_interpreter(command, environ) and not has("tensorflow"):
         raise LaunchError(
-            f"{environ[ENV_CARRIED]} has no TensorFlow",
+            f"{carried} has no TensorFlow",
             "use an image with TensorFlow, name the interpreter of an environment that has it "
             "(an overlay's: ctrain exec --image-python /ext3/env/bin/python), or run a script "
             "that needs none as it is: ctrain exec --no-launch",
@@ -251,3 +253,21 @@ def exec_plan(
             flush=True,
         )
     proc.exec_replace(command, child_environ(environ, plan))
+
+
+def run(
+    settings: Settings,
+    command: Sequence[str],
+    environ: Mapping[str, str],
+    explain_only: bool = False,
+    as_json: bool = False,
+) -> None:
+    """``ctrain launch``: this rank's plan from ``settings``, then the command exec'd in place of
+    this process; with ``explain_only``, the plan and what the interpreter holds printed instead."""
+    options = LaunchOptions.from_settings(settings)
+    plan = prepare(options, environ, command)
+    if explain_only:
+        verdict = mpi_verdict(plan, options, environ)
+        print(explain(plan, as_json, verdict, this_interpreter(environ)), flush=True)
+        return
+    exec_plan(plan, command, environ, quiet=settings.quiet)

@@ -32,7 +32,7 @@ TEMPLATE_OPTIONS = ("nodes", "cpus-per-task", "mem", "time", "job-name", "signal
 
 def templates_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where the job templates are: $CTRAIN_JOBS_DIR, else the ones shipped in the package
-    (ctrain/jobs, found through importlib.resources)."""
+    (ctrain/jobs, ``util.shipped``)."""
     env = os.environ if environ is None else environ
     if not env.get(ENV_JOBS_DIR):
         return shipped_dir("jobs")

@@ -19,8 +19,12 @@ import re
 from ctrain.container import carry, pyxis
 from ctrain.errors import CtrainError, JobRequestError
 from ctrain.names import PYXIS
+from ctrain.settings_table import BY_NAME
 
 MPIRUN_MODE = "horovod-mpirun"
+# The carried launcher's interpreter: the job's own image_python, its variable read as the step
+# starts (the shell word)
+IMAGE_PYTHON = f'"${{{BY_NAME["image_python"].env}:-}}"'
 
 _RUNTIME = re.compile(
     r"^#[^\n]*\n#[^\n]*CTRAIN_RUNTIME in the environment wins\.\n"
@@ -99,5 +103,5 @@ def render(text: str) -> str:
     text = _one(_RUNTIME, text, RUNTIME_LINES.replace("\\", "\\\\"))
     text = _one(_EXEC_OPTIONS, text, GPU_LINE)
     step = block().replace("\\", "\\\\") + r'\1step=(srun \2"${container_options[@]}" '
-    launcher = " ".join(carry.command(['"$@"']))
+    launcher = " ".join(carry.command(['"$@"'], IMAGE_PYTHON))
     return _one(_STEP, text, step + launcher + ")")

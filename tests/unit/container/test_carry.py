@@ -1,11 +1,9 @@
-"""The launcher carried into the container (container/carry.py, container/boot.sh): which execs
-carry it and how, the boot script's choice of interpreter and its refusals (run here by the
-system's /bin/sh, dash, as a container runs it with no bash), and what the carried launcher
-checks of the interpreter before the command starts."""
+"""The launcher carried into the container (container/carry.py, with its boot.sh and bin/ctrain):
+which execs carry it and how, the boot script's choice of interpreter and its refusals (run here
+by the system's /bin/sh, dash, as a container runs it with no bash)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,10 +18,7 @@ from ctrain.cli import main
 from ctrain.container import carry
 from ctrain.container.runtimes import Request, plan_invocation
 from ctrain.container.spec import Bind
-from ctrain.errors import LaunchError, SpecError
-from ctrain.launch import start
-from ctrain.launch.keras import runs_python
-from ctrain.launch.plan import LaunchOptions
+from ctrain.errors import SpecError
 from ctrain.releases import parse_version
 
 BOOT = Path(carry.__file__).parent / "boot.sh"
@@ -38,10 +33,17 @@ def test_the_binds_and_the_command() -> None:
     assert carry.command(["python", "t.py"]) == (
         "/bin/sh",
         "/opt/ctrain-carried/api/ctrain/container/boot.sh",
+        "--lib",
+        "/opt/ctrain-carried/lib",
         "--",
         "python",
         "t.py",
     )
+    named = carry.command(["python", "t.py"], "/ext3/env/bin/python", explain=True)
+    assert named[2:9] == (
+        "--lib", "/opt/ctrain-carried/lib", "--python", "/ext3/env/bin/python", "--explain", "--",
+        "python",
+    )  # fmt: skip
     assert carry.BOOT.relative_to(carry.API / "ctrain").as_posix() == "container/boot.sh"
     assert BOOT.is_file()
     made = carry.of_modules("/x/ctrain/__init__.py", [("click", "/y/click/__init__.py")])
@@ -104,8 +106,8 @@ def test_which_execs_carry_the_launcher(
     assert (str(carry.BOOT) in got.argv) is carried
     launcher = (
         f"launcher: ctrain from {here.package}, carried read-only to /opt/ctrain-carried/api/"
-        "ctrain, run by the image's Python (CTRAIN_IMAGE_PYTHON, else the command's interpreter, "
-        "else python3 on the image's PATH); ctrain exec --explain shows which, and what it holds"
+        "ctrain, run by the image's Python (--image-python); ctrain exec --explain shows which, "
+        "and what it holds"
     )
     assert (launcher in got.notes) is carried
     if runtime == "apptainer":  # after the runtime's own notes
@@ -116,35 +118,19 @@ def test_which_execs_carry_the_launcher(
         ]
     if carried:
         # docker and podman: --entrypoint /bin/sh IMAGE BOOT ...
-        assert got.argv[-4:] == [str(carry.BOOT), "--", "python", "t.py"] and "/bin/sh" in got.argv
-
-
-@pytest.mark.parametrize(
-    ("command", "expected"),
-    [
-        ("python", True),
-        ("python3", True),
-        ("python3.12", True),
-        ("/opt/conda/bin/python", True),
-        ("/usr/bin/python3.9", True),
-        ("python2", False),
-        ("python3-config", False),
-        ("ipython", False),
-        ("bash", False),
-        ("mypython", False),
-    ],
-)
-def test_a_command_that_runs_python(command: str, expected: bool) -> None:
-    assert runs_python([command, "train.py"]) is expected
+        assert got.argv[-6:] == [str(carry.BOOT), "--lib", str(carry.LIB), "--", "python", "t.py"]
+        assert "/bin/sh" in got.argv
 
 
 # ---- boot.sh ---------------------------------------------------------------------------------
 
 
-def boot(tmp_path: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+def boot(
+    tmp_path: Path, *command: str, python: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     base = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path)}
     return subprocess.run(
-        ["/bin/sh", str(BOOT), "--", *command],
+        ["/bin/sh", str(BOOT), *carry.command(command, python)[2:]],
         env={**base, **env},
         cwd=tmp_path,
         capture_output=True,
@@ -154,11 +140,38 @@ def boot(tmp_path: Path, *command: str, **env: str) -> subprocess.CompletedProce
 
 
 def fake_python(tmp_path: Path, name: str, answer: str) -> Path:
+    """A program that answers the version question with ``answer`` and says its name on stderr
+    (the boot script hides the question's: what shows is its run as the launcher)."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     path = tmp_path / "bin" / name
-    path.write_text(f"#!/bin/sh\necho {answer}\n")
+    path.write_text(f'#!/bin/sh\necho {answer}\necho "${{0##*/}}" >&2\n')
     path.chmod(0o755)
     return path
+
+
+@pytest.mark.parametrize(
+    ("program", "chosen"),
+    [
+        ("python", "python"),
+        ("python3", "python3"),
+        ("python3.12", "python3.12"),
+        ("python3.9", "python3.9"),
+        ("python2", "python3"),  # not a Python 3: the first of python3, python on PATH
+        ("python3-config", "python3"),
+        ("ipython", "python3"),
+        ("mypython", "python3"),
+        ("bash", "python3"),
+    ],
+)
+def test_the_commands_program_is_the_launchers_interpreter_when_it_is_a_python(
+    tmp_path: Path, program: str, chosen: str
+) -> None:
+    fake_python(tmp_path, "python3", "3.11")
+    fake_python(tmp_path, program, "3.11")
+    done = boot(tmp_path, program, "train.py")
+    assert done.returncode == 0 and done.stderr.split() == [chosen], done
+    by_path = boot(tmp_path, str(tmp_path / "bin" / program), "train.py")
+    assert by_path.stderr.split() == [chosen], by_path
 
 
 def one_error(done: subprocess.CompletedProcess[str]) -> str:
@@ -191,12 +204,10 @@ def test_an_old_python_is_refused_by_name_and_version(tmp_path: Path, version: s
 
 def test_a_named_interpreter_that_is_not_a_program(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("")
-    line = one_error(
-        boot(tmp_path, "sh", "-c", "true", CTRAIN_IMAGE_PYTHON=str(tmp_path / "notes.txt"))
-    )
-    assert "(CTRAIN_IMAGE_PYTHON) is not an executable file in the image" in line
+    line = one_error(boot(tmp_path, "sh", "-c", "true", python=str(tmp_path / "notes.txt")))
+    assert "(--image-python) is not an executable file in the image" in line
     broken = fake_python(tmp_path, "python", "x; exit 1")
-    line = one_error(boot(tmp_path, "sh", "-c", "true", CTRAIN_IMAGE_PYTHON=str(broken)))
+    line = one_error(boot(tmp_path, "sh", "-c", "true", python=str(broken)))
     assert "does not run as a Python in the image" in line
 
 
@@ -207,6 +218,7 @@ def test_newer_pythons_pass_the_version_gate(tmp_path: Path, version: str) -> No
     python = fake_python(tmp_path, "python3", version)
     done = boot(tmp_path, "sh", "-c", "true")
     assert done.returncode == 0 and done.stdout == f"{version}\n", done  # the exec'd fake's echo
+    assert done.stderr.split() == ["python3"]
     assert python.exists()
 
 
@@ -226,16 +238,16 @@ def test_the_launcher_runs_on_the_named_interpreter_and_the_command_sees_it_firs
         "sh",
         "-c",
         show,
-        CTRAIN_IMAGE_PYTHON=sys.executable,
+        python=sys.executable,
         CTRAIN_QUIET="1",
         PATH="/bin",
     )
     assert done.returncode == 0, done.stderr
     path, pythonpath, carried, *shim = done.stdout.splitlines()
     assert path.split(":")[:2] == [str(BOOT.parent / "bin"), os.path.dirname(sys.executable)]
-    assert pythonpath.split(":")[0] == "/opt/ctrain-carried/api"
+    assert pythonpath.split(":")[0] == str(BOOT.parents[2])  # the package's, found from $0
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert carried == f"{sys.executable} (Python {version}, CTRAIN_IMAGE_PYTHON)"
+    assert carried == f"{sys.executable} (Python {version}, --image-python)"
     assert shim == [
         str(BOOT.parent / "bin" / "ctrain"),
         f"ctrain, version {ctrain.__version__}",
@@ -259,31 +271,35 @@ def test_the_shim_alone_says_it_needs_the_boot_script() -> None:
         [str(BOOT.parent / "bin" / "ctrain"), "--version"], env={"PATH": "/bin"},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert "CTRAIN_CARRIED_PYTHON is not set" in one_error(alone)
+    assert "CTRAIN_CARRIED_PYTHON or CTRAIN_CARRIED_LIB is not set" in one_error(alone)
 
 
 def test_boot_wants_its_double_dash_and_a_command(tmp_path: Path) -> None:
     bare = subprocess.run(
         ["/bin/sh", str(BOOT)], capture_output=True, text=True, timeout=60, env={"PATH": "/bin"}
     )
-    assert "expected [--explain] -- COMMAND" in one_error(bare)
+    assert "expected --lib DIR [--python PATH] [--explain] -- COMMAND" in one_error(bare)
+    no_lib = subprocess.run(
+        ["/bin/sh", str(BOOT), "--", "true"], capture_output=True, text=True, timeout=60,
+        env={"PATH": "/bin"},
+    )  # fmt: skip
+    assert "expected --lib DIR" in one_error(no_lib)
     assert "no command given" in one_error(boot(tmp_path))
 
 
 def test_explain_reaches_the_launcher_and_the_command_does_not_run(tmp_path: Path) -> None:
     """--explain goes to ctrain launch (here this venv's, on a named interpreter): it prints the
     plan and what the interpreter holds, and the command is not run."""
-    assert carry.command(["python", "t.py"], explain=True)[2:4] == ("--explain", "--")
     done = subprocess.run(
-        ["/bin/sh", str(BOOT), "--explain", "--", "sh", "-c", "echo ran"],
-        env={"PATH": "/bin", "CTRAIN_IMAGE_PYTHON": sys.executable, "HOME": str(tmp_path)},
+        ["/bin/sh", str(BOOT), *carry.command(["sh", "-c", "echo ran"], sys.executable, True)[2:]],
+        env={"PATH": "/bin", "HOME": str(tmp_path)},
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("ctrain: mode=single ") and "ran" not in lines
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert lines[1] == f"  python {sys.executable} (Python {version}, CTRAIN_IMAGE_PYTHON)"
+    assert lines[1] == f"  python {sys.executable} (Python {version}, --image-python)"
     assert lines[2].startswith("  ctrain ") and lines[2].endswith(" (carried from the host)")
     assert lines[3].startswith("  holds tensorflow ")
 
@@ -344,49 +360,6 @@ def test_explain_reaches_ctrain_launch_on_every_route(tmp_path: Path) -> None:
         *apptainer,
         "--bind", "TMP/host/site/ctrain:/opt/ctrain-carried/api/ctrain:ro",
         "--bind", "TMP/host/site/click:/opt/ctrain-carried/lib/click:ro",
-        "TMP/img.sif", "/bin/sh", str(carry.BOOT), "--explain", "--", "python", "t.py",
+        "TMP/img.sif", "/bin/sh", str(carry.BOOT), "--lib", str(carry.LIB), "--explain", "--",
+        "python", "t.py",
     ]  # fmt: skip
-
-
-# ---- what the carried launcher checks of the interpreter ---------------------------------------
-
-
-def missing(*names: str) -> object:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str) -> object:
-        return None if name in names else real(name)
-
-    return find_spec
-
-
-CARRIED_ENV = {"CTRAIN_CARRIED": "/usr/bin/python3 (Python 3.11, the command's interpreter)"}
-
-
-def test_a_carried_launch_of_python_without_tensorflow_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(importlib.util, "find_spec", missing("tensorflow"))
-    with pytest.raises(LaunchError) as caught:
-        start.prepare(LaunchOptions(), CARRIED_ENV, ["python3", "train.py"])
-    assert str(caught.value) == (
-        "/usr/bin/python3 (Python 3.11, the command's interpreter) has no TensorFlow"
-    )
-    assert "--image-python" in caught.value.fix
-    # a shell may set up an environment first; ctrain's own image or the host is not judged
-    start.prepare(LaunchOptions(), CARRIED_ENV, ["bash", "-c", "source /ext3/env.sh; python t.py"])
-    start.prepare(LaunchOptions(), {}, ["python3", "train.py"])
-
-
-def test_keras_follows_what_the_interpreter_has(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without tf-keras, auto is Keras 3 (TensorFlow's own; TF_USE_LEGACY_KERAS=1 would fail
-    its import) and an explicit Keras 2 is refused; with it, auto stays tf-keras."""
-    assert (
-        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "1"
-    )
-    monkeypatch.setattr(importlib.util, "find_spec", missing("tf_keras"))
-    assert (
-        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "0"
-    )
-    with pytest.raises(LaunchError, match=r"--keras 2 \(tf-keras\), but .* has no tf-keras"):
-        start.prepare(LaunchOptions(keras="2"), {}, ["python", "t.py"])

@@ -1,5 +1,6 @@
-"""`ctrain exec/run/shell` end to end through the Apptainer stand-in (tests/fake_apptainer.py),
-which runs the command for real: ``ctrain launch`` and the user's command run inside it.
+"""`ctrain exec/run/shell` end to end through the Apptainer stand-in
+(tests/support/fake_apptainer.py), which runs the command for real: ``ctrain launch`` and the user's
+command run inside it.
 
 Apptainer cannot be installed on the test machines; this checks the exact argv and environment
 ctrain hands it, what the command then gets (its environment, binds, exit code) and the cache
@@ -19,8 +20,8 @@ import click
 import pytest
 
 import ctrain as ctrain_package
-from tests import fake_apptainer
-from tests.helpers import run_ctrain
+from tests.support import fake_apptainer
+from tests.support.helpers import run_ctrain
 
 
 @pytest.fixture
@@ -93,6 +94,8 @@ def test_exec_hands_apptainer_the_exact_command(fake: dict[str, str], tmp_path: 
         str(tmp_path / "img.sif"),
         "/bin/sh",
         "/opt/ctrain-carried/api/ctrain/container/boot.sh",
+        "--lib",
+        "/opt/ctrain-carried/lib",
         "--",
         "sh",
         "-c",
@@ -161,7 +164,8 @@ def test_dry_run_prints_and_runs_nothing(fake: dict[str, str], tmp_path: Path) -
     )
     assert done.returncode == 0
     first = done.stdout.splitlines()[0]
-    assert first.endswith("/bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh -- echo 'a b'")
+    boot = "/bin/sh /opt/ctrain-carried/api/ctrain/container/boot.sh --lib /opt/ctrain-carried/lib"
+    assert first.endswith(f"{boot} -- echo 'a b'")
     assert "  env SLURM_JOB_ID=7" in done.stdout.splitlines()
     assert not ran(fake)
 

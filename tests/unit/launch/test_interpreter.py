@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,21 @@ def test_explain_shows_it_after_the_banner_and_in_json() -> None:
     ]
     shown = start.explain(plan, True, None, holds)
     assert '"holds": {\n      "tensorflow": "2.17.0",\n      "horovod": null' in shown
+
+
+def test_the_command_runs_on_this_interpreter_when_its_program_is_this_one(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    (bin_dir / "notes").write_text("")  # not a program
+    path = {"PATH": f"{tmp_path}/none:{bin_dir}"}
+    runs = interpreter.runs_this_interpreter
+    assert runs(["python3", "t.py"], path, str(python))
+    assert runs([str(python), "t.py"], {}, str(python))
+    assert runs([f"{bin_dir}/../bin/python3"], {}, str(python))  # the same path, spelled so
+    assert not runs(["python3", "t.py"], {"PATH": "/nowhere"}, str(python))
+    assert not runs(["python", "t.py"], path, str(python))
+    assert not runs(["notes"], path, str(bin_dir / "notes"))
+    assert not runs([], path, str(python))

@@ -3,6 +3,7 @@ signals reach the training even where the rank inherited them ignored."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -17,8 +18,8 @@ from ctrain.launch import start
 from ctrain.launch.jobenv import JobEnv
 from ctrain.launch.plan import LaunchOptions, Plan, make_plan
 from ctrain.util import proc
-from tests.helpers import CTRAIN, ctrain_env
-from tests.unit.launch.environs import slurm_step
+from tests.support.environs import slurm_step
+from tests.support.helpers import CTRAIN, ctrain_env
 
 
 class Exec(Exception):
@@ -107,3 +108,52 @@ def test_the_training_gets_the_stop_signals_default_back(
     assert done.stdout.strip() == seen
     lines = [line for line in done.stderr.splitlines() if "came ignored" in line]
     assert [said in line for line in lines] == ([True] if said else [])
+
+
+# ---- what the launcher checks of its interpreter before the command starts -------------------
+
+
+def missing(*names: str) -> object:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str) -> object:
+        return None if name in names else real(name)
+
+    return find_spec
+
+
+CARRIED = "/usr/bin/python3 (Python 3.11, the command's interpreter)"
+
+
+def test_a_carried_launch_of_a_command_on_this_interpreter_without_tensorflow_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Here this venv's Python stands for the image's: the command runs on it exactly when its
+    program, found on the command's PATH, is this interpreter."""
+    monkeypatch.setattr(importlib.util, "find_spec", missing("tensorflow"))
+    here = {"CTRAIN_CARRIED": CARRIED, "PATH": os.path.dirname(sys.executable)}
+    with pytest.raises(LaunchError) as caught:
+        start.prepare(LaunchOptions(), here, [os.path.basename(sys.executable), "train.py"])
+    assert str(caught.value) == f"{CARRIED} has no TensorFlow"
+    assert "--image-python" in caught.value.fix
+    with pytest.raises(LaunchError):
+        start.prepare(LaunchOptions(), here, [sys.executable, "train.py"])
+    # a shell may set up an environment first; another Python is not this one; ctrain's own
+    # image or the host is not judged
+    start.prepare(LaunchOptions(), here, ["bash", "-c", "source /ext3/env.sh; python t.py"])
+    start.prepare(LaunchOptions(), {**here, "PATH": "/nowhere"}, ["python3", "train.py"])
+    start.prepare(LaunchOptions(), {}, [sys.executable, "train.py"])
+
+
+def test_keras_follows_what_the_interpreter_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without tf-keras, auto is Keras 3 (TensorFlow's own; TF_USE_LEGACY_KERAS=1 would fail
+    its import) and an explicit Keras 2 is refused; with it, auto stays tf-keras."""
+    assert (
+        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "1"
+    )
+    monkeypatch.setattr(importlib.util, "find_spec", missing("tf_keras"))
+    assert (
+        start.prepare(LaunchOptions(), {}, ["python", "t.py"]).env_set["TF_USE_LEGACY_KERAS"] == "0"
+    )
+    with pytest.raises(LaunchError, match=r"--keras 2 \(tf-keras\), but .* has no tf-keras"):
+        start.prepare(LaunchOptions(keras="2"), {}, ["python", "t.py"])

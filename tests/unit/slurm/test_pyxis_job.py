@@ -13,7 +13,7 @@ import pytest
 from ctrain.container import carry
 from ctrain.slurm import jobs
 from ctrain.slurm.request import JobRequest
-from tests.unit.slurm.fake_programs import env
+from tests.support.fake_job_programs import env
 
 COMMAND = ("python", "train.py", "--epochs", "3")
 CARRIED = "/site/ctrain:/opt/ctrain-carried/api/ctrain:ro"  # what the fake `ctrain carried` says
@@ -53,8 +53,17 @@ def test_the_step_is_srun_with_pyxis_options(fakes: Path, mode: str) -> None:
         "--container-env=CTRAIN_MODE,CTRAIN_RUNTIME,CUDA_VISIBLE_DEVICES,"
         "NVIDIA_VISIBLE_DEVICES,PYTHONNOUSERSITE,TMPDIR",
         "--no-container-mount-home",
-        *carry.command(COMMAND),
+        *carry.command(COMMAND, ""),  # the job's CTRAIN_IMAGE_PYTHON: unset
     ]
+
+
+def test_the_jobs_image_python_names_the_launchers_interpreter(fakes: Path) -> None:
+    environ = env(fakes, FAKE_MODE="exit:0", CTRAIN_IMAGE_PYTHON="/ext3/env/bin/python")
+    done = run(script(fakes, "single"), {**environ, "TMPDIR": "/tmp"})
+    assert done.returncode == 0, done.stderr
+    argv = (fakes / "argv").read_text().splitlines()
+    launcher = carry.command(COMMAND, "/ext3/env/bin/python")
+    assert argv[-len(launcher) :] == list(launcher)
 
 
 def test_no_tmpdir_mount_without_a_job_tmpdir(fakes: Path) -> None:
