@@ -8,13 +8,12 @@ pull; ``run`` pulls, plans again (now on the file), takes the overlay lock, then
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import ctrain
 from ctrain import releases
@@ -29,8 +28,7 @@ from ctrain.util import proc
 FUSE_DEVICE = "/dev/fuse"
 
 
-@dataclasses.dataclass(frozen=True)
-class Planned:
+class Planned(NamedTuple):
     invocation: Invocation  # what is exec'd (planned again after a pending pull)
     image: resolve.ImageChoice  # the pull to run before it, if any
     request: Request  # what was asked, the image as given: planned again from it after the pull
@@ -85,7 +83,7 @@ def plan_request(request: Request, settings: Settings, environ: Mapping[str, str
     choice = resolve.choose(request.image, runtime.name, program, settings, environ)
     resolved = request
     if choice.pull is None:  # else the file is not there yet: planned again after the pull
-        resolved = dataclasses.replace(request, image=choice.image)
+        resolved = request._replace(image=choice.image)
     invocation = plan_invocation(
         resolved,
         environ,

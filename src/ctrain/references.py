@@ -13,7 +13,6 @@ pulls (images/) and the containers it runs (container/). Pure.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from pathlib import Path, PurePosixPath
@@ -161,6 +160,8 @@ def safe_name(ref: str) -> str:
     scheme, sep, rest = ref.partition("://")
     base = _UNSAFE.sub("_", f"{scheme}_{rest}" if sep else ref).strip("._-") or "image"
     if len(base) > 120:
+        import hashlib  # here: every `ctrain exec` imports this module, few names are this long
+
         base = base[:100] + "-" + hashlib.sha256(ref.encode()).hexdigest()[:12]
     return base
 

@@ -18,9 +18,8 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ctrain.errors import ExternalToolError
 from ctrain.util import fs, proc
@@ -57,8 +56,7 @@ CACHE_FILE = os.path.join("ctrain", "runtime-versions.json")  # under $XDG_CACHE
 _LINE = re.compile(r"^(apptainer|singularity-ce|singularity) version v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-@dataclass(frozen=True)
-class RuntimeVersion:
+class RuntimeVersion(NamedTuple):
     flavour: Flavour
     number: Number
     text: str  # the line as printed

@@ -22,8 +22,8 @@ Which runtimes carry it is each adapter's ``carries_launcher``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from ctrain.container.spec import Bind
 
@@ -33,8 +33,7 @@ LIB = ROOT / "lib"  # the launcher's own dependencies: its sys.path only
 BOOT = API / "ctrain" / "container" / "boot.sh"
 
 
-@dataclass(frozen=True)
-class Carried:
+class Carried(NamedTuple):
     """The host's directories of what is carried: ctrain's package, and each package of the
     launcher's own (name, directory)."""
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ctrain.container import carry
 from ctrain.container.spec import (
@@ -98,8 +97,7 @@ def choose_runtime(requested: str, which: Callable[[str], str | None]) -> tuple[
     )
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     runtime: str
     action: Action
     image: str
@@ -121,8 +119,7 @@ class Request:
     fuse: bool = True  # the caller may open /dev/fuse
 
 
-@dataclass(frozen=True)
-class Invocation:
+class Invocation(NamedTuple):
     runtime: str
     argv: list[str]
     env: dict[str, str]  # the runtime process's whole environment

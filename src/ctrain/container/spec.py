@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ctrain.errors import SpecError
 
@@ -60,15 +60,13 @@ HOST_ONLY_NAMES = ("CUDA_HOME", "CUDA_PATH")
 ALWAYS = {"PYTHONNOUSERSITE": "1"}  # ~/.local packages never shadow the image's
 
 
-@dataclass(frozen=True)
-class Bind:
+class Bind(NamedTuple):
     src: str
     dst: str
     mode: Literal["ro", "rw"] = "rw"
 
 
-@dataclass(frozen=True)
-class Overlay:
+class Overlay(NamedTuple):
     path: str
     readonly: bool
 

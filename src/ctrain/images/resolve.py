@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ctrain.errors import ConfigError, SpecError
 from ctrain.launch.jobenv import MpiEnv, SlurmEnv
@@ -70,8 +69,7 @@ def ranks(environ: Mapping[str, str]) -> int:
     return max(step, MpiEnv.from_environ(environ).size or 1)
 
 
-@dataclass(frozen=True)
-class ImageChoice:
+class ImageChoice(NamedTuple):
     image: str  # what the runtime is given: the local SIF file, or the image as given
     pull: PullPlan | None = None  # the pull to run before, when the file is not there yet
     cache: CacheChoice | None = None  # the cache the pull uses

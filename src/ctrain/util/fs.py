@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +48,8 @@ def nearest_existing(path: Path) -> Path:
 
 def free_bytes(path: Path) -> int:
     """Free bytes on the filesystem that holds (or will hold) ``path``."""
-    return shutil.disk_usage(nearest_existing(path)).free
+    found = os.statvfs(nearest_existing(path))  # as shutil.disk_usage reads it
+    return found.f_bavail * found.f_frsize
 
 
 def check_free(path: Path, min_gb: int, fix: str = FREE_FIX) -> int:
@@ -119,6 +119,8 @@ def temp_beside(target: Path, tag: str) -> Path:
 def remove(path: Path) -> None:
     """Remove a file, link or directory tree; a missing path is fine."""
     if path.is_dir() and not path.is_symlink():
+        import shutil  # here, as in scratch: it imports the compressors, and `ctrain exec` this
+
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
@@ -148,6 +150,8 @@ def scratch(parent: Path, prefix: str) -> Iterator[Path]:
     try:
         yield path
     finally:
+        import shutil  # here: it imports the compressors, and `ctrain exec` imports this module
+
         shutil.rmtree(path, onerror=_unprotect)
 
 
