@@ -83,7 +83,7 @@ test-unit:  ## unit tests only (no services needed)
 
 # Every tracked shell file: scripts, .ci/run, the job templates (jobs/ links to src/ctrain/jobs)
 # and the golden rendered job scripts.
-SHELL_FILES = $(shell git ls-files '*.sh' '*.sbatch' .ci/run)
+SHELL_FILES = $(shell git ls-files '*.sh' '*.sbatch' .ci/run src/ctrain/container/bin/ctrain)
 
 lint:  ## ruff check and format, mypy --strict on src, shellcheck on every tracked shell file, actionlint on the workflows
 	$(VENV)/bin/ruff check src tests
