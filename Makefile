@@ -97,7 +97,8 @@ lint:  ## ruff check and format, mypy --strict on src, shellcheck on every track
 MUTANTS_launch = ctrain.launch.* ctrain.profile_window.*
 MUTANTS_container = ctrain.container.* ctrain.releases.* ctrain.references.* ctrain.util.envpairs.*
 MUTANTS_images = ctrain.images.record.* ctrain.images.sif_header.* \
-  ctrain.images.stores.sif.x_sif_pull_argv__* ctrain.images.stores.sif.x_sif_inspect_argv__* ctrain.images.overlay.x_parse_size__* \
+  ctrain.images.stores.sif.x_sif_pull_argv__* ctrain.images.stores.sif.x_sif_inspect_argv__* ctrain.images.stores.sif.x_sif_state__* \
+  ctrain.images.overlay.x_parse_size__* \
   ctrain.images.overlay.x_parse_inodes__* ctrain.images.overlay.x_max_inodes__* ctrain.util.fs.x_human__*
 MUTANTS_settings = ctrain.settings.* ctrain.settings_table.*
 MUTANTS_train = ctrain.train.breakdown.*

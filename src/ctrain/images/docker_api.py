@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctrain.errors import ExternalToolError
-from ctrain.images.engine import EngineImage, image_from_inspect, repository_of
+from ctrain.images.engine_image import EngineImage, image_from_inspect, repository_of
 from ctrain.references import digest_in_ref
 from ctrain.util.progress import Event, docker_event
 

@@ -19,7 +19,6 @@ from typing import Literal
 
 from ctrain import __version__
 from ctrain.errors import ConfigError
-from ctrain.images.sif_header import check_sif
 from ctrain.references import archive_path
 
 IMAGES_DIR = "images"  # pulled SIF files in the cache
@@ -140,18 +139,7 @@ Action = Literal["reuse", "pull", "refuse"]
 class TargetState:
     exists: bool
     size: int | None = None
-    problem: str | None = None  # from check_sif
-
-
-def sif_state(target: Path) -> TargetState:
-    """What is at ``target`` now: nothing, or a file and what is wrong with it."""
-    try:
-        size = target.stat().st_size
-    except FileNotFoundError:
-        return TargetState(False)
-    if not target.is_file():
-        raise ConfigError(f"{target} exists and is not a file", "choose another -o")
-    return TargetState(True, size, check_sif(target))
+    problem: str | None = None  # what is wrong with it, in the store's format (None: nothing)
 
 
 def archive_stamp(size: int, mtime_ns: int, inode: int) -> str:

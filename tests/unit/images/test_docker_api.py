@@ -14,7 +14,7 @@ import pytest
 
 from ctrain.errors import ExternalToolError
 from ctrain.images import docker_api
-from ctrain.images.engine import image_from_inspect
+from ctrain.images.engine_image import image_from_inspect
 from ctrain.util.progress import Event
 from tests.support.helpers import ctrain_env
 

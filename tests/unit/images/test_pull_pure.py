@@ -1,4 +1,4 @@
-"""The pure parts of images/pull.py, sif.py and engine.py: references, names, argv, the SIF
+"""The pure parts of images/pull.py, sif.py and engine_image.py: references, names, argv, the SIF
 header, sidecars, the reuse decision, docker's inspect output, and the pull lock between two
 processes."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from ctrain import references
 from ctrain.errors import ConfigError
-from ctrain.images import engine, pull
+from ctrain.images import engine_image, pull
 from ctrain.images.record import (
     Sidecar,
     TargetState,
@@ -93,8 +93,8 @@ def test_long_names_are_shortened_and_stay_distinct() -> None:
 
 
 def test_digest_in_ref() -> None:
-    assert engine.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
-    assert engine.digest_in_ref("docker://r/x:1") is None
+    assert engine_image.digest_in_ref(f"docker://r/x@{DIGEST}") == DIGEST
+    assert engine_image.digest_in_ref("docker://r/x:1") is None
 
 
 def test_companion_paths() -> None:
@@ -127,8 +127,13 @@ def test_a_loopback_registry_is_pulled_over_plain_http() -> None:
 
 
 def test_engine_argv() -> None:
-    assert engine.engine_pull_argv("podman", "r/x:1") == ["podman", "pull", "r/x:1"]
-    assert engine.engine_inspect_argv("podman", "r/x:1") == ["podman", "image", "inspect", "r/x:1"]
+    assert engine_image.engine_pull_argv("podman", "r/x:1") == ["podman", "pull", "r/x:1"]
+    assert engine_image.engine_inspect_argv("podman", "r/x:1") == [
+        "podman",
+        "image",
+        "inspect",
+        "r/x:1",
+    ]
 
 
 # -- sidecars -----------------------------------------------------------------------------------
@@ -228,10 +233,10 @@ INSPECT = json.dumps(
 
 
 def test_parse_engine_inspect() -> None:
-    image = engine.parse_engine_inspect(INSPECT)
-    assert image == engine.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
+    image = engine_image.parse_engine_inspect(INSPECT)
+    assert image == engine_image.EngineImage("sha256:1111", (f"127.0.0.1:5000/t/bb@{DIGEST}",))
     with pytest.raises(ValueError):
-        engine.parse_engine_inspect("[]")
+        engine_image.parse_engine_inspect("[]")
 
 
 @pytest.mark.parametrize(
@@ -244,39 +249,39 @@ def test_parse_engine_inspect() -> None:
     ],
 )
 def test_repository_of(ref: str, repo: str) -> None:
-    assert engine.repository_of(ref) == repo
+    assert engine_image.repository_of(ref) == repo
 
 
 def test_pick_digest() -> None:
     other = "sha256:" + "cd" * 32
     digests = [f"other/x@{other}", f"127.0.0.1:5000/t/bb@{DIGEST}"]
-    assert engine.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
-    assert engine.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert engine.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
-    assert engine.pick_digest("x:1", []) is None
-    assert engine.pick_digest(f"x@{DIGEST}", []) == DIGEST
+    assert engine_image.pick_digest("127.0.0.1:5000/t/bb:1", digests) == DIGEST
+    assert engine_image.pick_digest("busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert engine_image.pick_digest("library/busybox:1", [f"busybox@{DIGEST}"]) == DIGEST
+    assert engine_image.pick_digest("x:1", []) is None
+    assert engine_image.pick_digest(f"x@{DIGEST}", []) == DIGEST
 
 
 def test_engine_pull_status() -> None:
     fresh = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Downloaded newer image for t/bb:1\n"
     same = "1: Pulling from t/bb\nDigest: sha256:ab\nStatus: Image is up to date for t/bb:1\n"
-    assert engine.engine_pull_status(fresh) == "downloaded"
-    assert engine.engine_pull_status(same) == "up to date"
-    assert engine.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
+    assert engine_image.engine_pull_status(fresh) == "downloaded"
+    assert engine_image.engine_pull_status(same) == "up to date"
+    assert engine_image.engine_pull_status("Trying to pull t/bb:1...\n") == "unknown"
 
 
 def test_pull_outcome_without_a_status_line_compares_the_image_ids() -> None:
     """podman prints no Status: line; a --force pull of an unchanged image is up to date."""
-    old = engine.EngineImage(id="sha256:" + "1" * 64, repo_digests=())
-    new = engine.EngineImage(id="sha256:" + "2" * 64, repo_digests=())
+    old = engine_image.EngineImage(id="sha256:" + "1" * 64, repo_digests=())
+    new = engine_image.EngineImage(id="sha256:" + "2" * 64, repo_digests=())
     quiet = "Trying to pull t/bb:1...\nWriting manifest to image destination\n"
-    assert engine.pull_outcome(old, old, quiet) == "up to date"
-    assert engine.pull_outcome(old, new, quiet) == "downloaded"
-    assert engine.pull_outcome(None, new, quiet) == "downloaded"
-    assert engine.pull_outcome(old, old, "Status: Downloaded newer image for t/bb:1\n") == (
+    assert engine_image.pull_outcome(old, old, quiet) == "up to date"
+    assert engine_image.pull_outcome(old, new, quiet) == "downloaded"
+    assert engine_image.pull_outcome(None, new, quiet) == "downloaded"
+    assert engine_image.pull_outcome(old, old, "Status: Downloaded newer image for t/bb:1\n") == (
         "downloaded"
     )
-    assert engine.pull_outcome(None, new, "Status: Image is up to date for t/bb:1\n") == (
+    assert engine_image.pull_outcome(None, new, "Status: Image is up to date for t/bb:1\n") == (
         "up to date"
     )
 

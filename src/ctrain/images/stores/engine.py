@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ctrain.errors import ConfigError, ExternalToolError, PullError
 from ctrain.images import cachedir
-from ctrain.images.engine import (
+from ctrain.images.engine_image import (
     EngineImage,
     engine_inspect_argv,
     engine_pull_argv,

@@ -22,11 +22,11 @@ from ctrain.images.record import (
     IMAGES_DIR,
     Action,
     Sidecar,
+    TargetState,
     archive_ref,
     decide_reuse,
     new_sidecar,
     read_sidecar,
-    sif_state,
 )
 from ctrain.images.sif_header import check_sif
 from ctrain.images.stores.base import (
@@ -46,6 +46,17 @@ from ctrain.references import (
     loopback_registry,
 )
 from ctrain.util import fs, proc
+
+
+def sif_state(target: Path) -> TargetState:
+    """What is at ``target`` now: nothing, or a file and what is wrong with it as a SIF."""
+    try:
+        size = target.stat().st_size
+    except FileNotFoundError:
+        return TargetState(False)
+    if not target.is_file():
+        raise ConfigError(f"{target} exists and is not a file", "choose another -o")
+    return TargetState(True, size, check_sif(target))
 
 
 def sif_pull_argv(program: str, temp: Path, ref: str, force: bool) -> list[str]:
